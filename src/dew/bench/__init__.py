@@ -1,0 +1,1 @@
+"""Benchmarks, presets, the results schema and the tools over them."""

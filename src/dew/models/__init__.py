@@ -1,0 +1,1 @@
+"""Model families (Flax NNX). Models know nothing of training, data or benchmarks."""

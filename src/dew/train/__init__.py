@@ -1,0 +1,1 @@
+"""Trainer, mesh, state and objectives."""

@@ -1,0 +1,1 @@
+"""Losses only: each objective turns (model, batch, rng) into a scalar loss."""
