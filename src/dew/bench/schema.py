@@ -47,9 +47,18 @@ NonNegInt = Annotated[int, Field(ge=0)]
 JsonScalar = str | int | float | bool | None
 
 
+# TF_ is also Terraform's prefix: its input variables (TF_VAR_*) hold arbitrary values,
+# passwords included, under arbitrary names, and its CLI and token settings are not ours.
+EXCLUDED_FLAG_PREFIXES = ("TF_VAR_", "TF_TOKEN_", "TF_CLI_", "TF_HTTP_", "TF_WORKSPACE")
+
+
 def is_recordable_env_flag(name: str) -> bool:
     """True for the variables a record may hold (allowlisted prefix, not credential-like)."""
-    return name.startswith(ENV_FLAG_PREFIXES) and not SECRET_NAME_PATTERN.search(name)
+    return (
+        name.startswith(ENV_FLAG_PREFIXES)
+        and not name.startswith(EXCLUDED_FLAG_PREFIXES)
+        and not SECRET_NAME_PATTERN.search(name)
+    )
 
 
 class Record(pydantic.BaseModel):
