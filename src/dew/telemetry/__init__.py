@@ -1,0 +1,1 @@
+"""What a compiled step costs: FLOPs from its optimized HLO, utilisation, memory."""
