@@ -1,0 +1,88 @@
+"""The idle-host check against real processes: a CPU burner and a sleeper.
+
+The machine running the tests may be shared, so "quiet" is judged on watched processes
+(a sleeping child) rather than the whole host; "busy" holds host-wide, because a burner
+makes any host busy, however loaded it already is.
+"""
+
+import subprocess
+import sys
+
+import pytest
+
+from dew.bench import idle
+
+BURN = "import sys; print('ready', flush=True)\nwhile True: pass"
+SLEEP = "import sys, time; print('ready', flush=True); time.sleep(120)"
+
+
+def _child(code):
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"  # past interpreter start-up
+    return proc
+
+
+@pytest.fixture
+def burner():
+    proc = _child(BURN)
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+@pytest.fixture
+def sleeper():
+    proc = _child(SLEEP)
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def test_cpu_burner_makes_the_host_busy(burner):
+    check = idle.sample(window_s=1.0, top=1000)
+    assert check.idle is False
+    reading = next(r for r in check.busiest if r.pid == burner.pid)
+    assert reading.cpu_percent >= idle.Thresholds().process_cpu_percent
+    assert any(f"pid {burner.pid} " in reason for reason in check.reasons)
+    assert check.others_cpu_percent >= reading.cpu_percent
+    assert check.logical_cores >= 1 and check.load_avg_1m is not None
+
+
+def test_quiet_process_is_idle_and_burner_is_not(sleeper, burner):
+    quiet = idle.sample(window_s=1.0, watch=[sleeper.pid])
+    assert quiet.idle is True, quiet.reasons
+    assert quiet.reasons == []
+    assert [r.pid for r in quiet.busiest] == [sleeper.pid]
+    assert quiet.busiest[0].cpu_percent < idle.Thresholds().process_cpu_percent
+
+    busy = idle.sample(window_s=1.0, watch=[burner.pid])
+    assert busy.idle is False
+    assert busy.busiest[0].pid == burner.pid
+
+
+def test_error_mode_refuses_with_one_line_and_keeps_the_readings(burner):
+    with pytest.raises(idle.HostNotIdle) as caught:
+        idle.guard("error", window_s=1.0, watch=[burner.pid])
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith("error: host is not idle")
+    assert f"pid {burner.pid} " in message
+    assert isinstance(caught.value, SystemExit) and caught.value.code  # non-zero exit
+    assert caught.value.check.idle is False and caught.value.check.mode == "error"
+
+
+def test_warn_mode_measures_anyway_and_says_so(burner, capsys):
+    check = idle.guard("warn", window_s=1.0, watch=[burner.pid])
+    assert check.idle is False and check.mode == "warn"
+    err = capsys.readouterr().err
+    assert err.startswith("warning: host is not idle") and err.count("\n") == 1
+    assert f"pid {burner.pid} " in err
+
+
+def test_off_mode_records_that_no_check_ran():
+    check = idle.guard("off")
+    assert check.mode == "off" and check.idle is None and check.window_s is None
+
+
+def test_unknown_mode_names_the_valid_ones():
+    with pytest.raises(ValueError, match="'strict'.*error, warn, off"):
+        idle.guard("strict")
