@@ -164,7 +164,9 @@ class GpuReading(Record):
 
 
 class IdleCheck(Record):
-    mode: Literal["error", "warn", "off"]
+    mode: Literal["error", "warn", "off"] | None = Field(
+        description="null in a published record whose text states the host's state"
+    )
     idle: bool | None = Field(description="null when the check did not run (mode off)")
     window_s: NonNegFloat | None
     cpu_percent: NonNegFloat | None = Field(description="whole host, 0-100, during the window")
@@ -203,9 +205,7 @@ class Settings(Record):
 
 
 class _Row(Record):
-    status: Literal["ok", "failed"]
-    error: str | None = None
-    note: str | None = None
+    """Shared checks; each row declares status, error and note last, after its columns."""
 
     @pydantic.model_validator(mode="after")
     def _status_matches_error(self) -> _Row:
@@ -260,6 +260,9 @@ class StepRow(_Row):
     process_spread_ms: NonNegFloat | None = Field(
         default=None, description="slowest minus fastest process ms/step (multi-process runs)"
     )
+    status: Literal["ok", "failed"]
+    error: str | None = None
+    note: str | None = None
 
     @pydantic.model_validator(mode="after")
     def _percentiles_ordered(self) -> StepRow:
@@ -295,6 +298,9 @@ class DataRow(_Row):
     p95_ms: NonNegFloat | None = None
     first_batch_s: NonNegFloat | None = None
     process_spread_ms: NonNegFloat | None = None
+    status: Literal["ok", "failed"]
+    error: str | None = None
+    note: str | None = None
 
     @pydantic.model_validator(mode="after")
     def _percentiles_ordered(self) -> DataRow:
@@ -335,8 +341,8 @@ Row = Annotated[
 class BenchmarkRun(Record):
     schema_version: int
     kind: Literal["step", "data"]
-    created: datetime | date = Field(
-        description="when the run started (a date when only that is known)"
+    created: datetime | date | None = Field(
+        description="when the run started; a date when only that is known, null when unknown"
     )
     command: str | None
     settings: Settings
@@ -398,6 +404,7 @@ def write_run(path: str | os.PathLike, run: BenchmarkRun | dict) -> BenchmarkRun
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; a record is meant to be shared
         with os.fdopen(fd, "w") as f:
             f.write(dump_run(validated))
             f.flush()
