@@ -1,0 +1,192 @@
+"""Tables and charts of result records: the seed's layout (tab-separated) or Markdown.
+
+step_table(rows, fmt)      the step benchmark's table, columns as in the seed
+data_table(rows, fmt)      the loader benchmark's table
+table(headers, rows, fmt)  any table: "tsv" (the seed's layout), "md", or "aligned"
+bar_chart(...)             a PNG bar chart (matplotlib, loaded only when asked)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from dew.bench.schema import DataRow, StepRow
+
+FORMATS = ("tsv", "md", "aligned")
+MISSING = "—"
+
+STEP_HEADERS = (
+    "architecture",
+    "sample",
+    "batch",
+    "params",
+    "ms/step",
+    "p10 / p50 / p90 ms",
+    "samples/s",
+    "GFLOP/step",
+    "util",
+    "peak GiB",
+    "compile s",
+)
+DATA_HEADERS = (
+    "dataset",
+    "batch",
+    "image size",
+    "grain workers",
+    "threads",
+    "samples/s",
+    "p50 step",
+    "p95 step",
+    "first batch s",
+)
+
+
+def num(value: float | None, digits: int = 1, suffix: str = "") -> str:
+    return MISSING if value is None else f"{value:,.{digits}f}{suffix}"
+
+
+def count(value: int | None) -> str:
+    return MISSING if value is None else f"{value:,}"
+
+
+def percent(value: float | None) -> str:
+    return MISSING if value is None else f"{value * 100:.1f}%"
+
+
+def case_label(row: StepRow) -> str:
+    """The architecture and the case settings that tell its rows apart."""
+    parts = []
+    if row.head_chunks is not None:
+        parts.append(f"head_chunks={row.head_chunks}")
+    if row.attention_impl is not None:
+        parts.append(f"attention_impl={row.attention_impl}")
+    for name, value in sorted((row.case or {}).items()):
+        if name == "batch":  # shown in its own column
+            continue
+        parts.append(name if value is True else f"{name}={value}")
+    return row.architecture + (f" ({', '.join(parts)})" if parts else "")
+
+
+def step_table(rows: Sequence[StepRow], fmt: str = "tsv") -> str:
+    body = []
+    for row in rows:
+        if row.status == "failed":
+            body.append(
+                [case_label(row), row.sample or MISSING, count(row.batch), f"failed: {row.error}"]
+            )
+            continue
+        percentiles = " / ".join(num(v) for v in (row.p10_ms, row.p50_ms, row.p90_ms))
+        body.append(
+            [
+                case_label(row),
+                row.sample or MISSING,
+                count(row.batch),
+                count(row.params),
+                num(row.ms_per_step, 2),
+                percentiles,
+                num(row.samples_per_s),
+                num(row.gflop_per_step),
+                percent(row.util),
+                num(row.peak_gib, 2),
+                num(row.compile_s),
+            ]
+        )
+    return table(STEP_HEADERS, body, fmt)
+
+
+def data_table(rows: Sequence[DataRow], fmt: str = "tsv") -> str:
+    body = []
+    for row in rows:
+        if row.status == "failed":
+            body.append(
+                [row.dataset, count(row.batch), count(row.image_size), f"failed: {row.error}"]
+            )
+            continue
+        body.append(
+            [
+                row.dataset,
+                count(row.batch),
+                count(row.image_size),
+                count(row.workers),
+                count(row.threads),
+                num(row.samples_per_s),
+                num(row.p50_ms, 2, " ms"),
+                num(row.p95_ms, 1, " ms"),
+                num(row.first_batch_s, 2),
+            ]
+        )
+    return table(DATA_HEADERS, body, fmt)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]], fmt: str = "tsv") -> str:
+    """Render a table; a short row (a failed one) leaves its last cell to span the rest."""
+    if fmt not in FORMATS:
+        raise ValueError(f"table format {fmt!r} is not one of: {', '.join(FORMATS)}")
+    width = len(headers)
+    full = [list(r) + [""] * (width - len(r)) for r in rows]
+    if fmt == "tsv":
+        return "\n".join("\t".join(r).rstrip("\t") for r in [list(headers), *full]) + "\n"
+    if fmt == "md":
+
+        def line(cells):
+            return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+        out = [line(headers), "|" + "---|" * width]
+        out += [line(r) for r in full]
+        return "\n".join(out) + "\n"
+    widths = [max(len(str(r[i])) for r in [list(headers), *full]) for i in range(width)]
+    # A failed row's long error would widen its column for everyone; let it overflow.
+    widths = [min(w, 60) for w in widths]
+    lines = [
+        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+        for r in [list(headers), *full]
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines) + "\n"
+
+
+def bar_chart(
+    path: str | Path,
+    labels: Sequence[str],
+    series: dict[str, Sequence[float | None]],
+    *,
+    ylabel: str,
+    title: str,
+) -> Path:
+    """Grouped bars, one group per label, one bar per series (None leaves a gap)."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display: render straight to a file
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    n = max(len(series), 1)
+    width = 0.8 / n
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(labels) + 2), 4.5))
+    for i, (name, values) in enumerate(series.items()):
+        xs = [j + (i - (n - 1) / 2) * width for j in range(len(labels))]
+        heights = [v if v is not None else 0.0 for v in values]
+        bars = ax.bar(xs, heights, width, label=name)
+        for bar, v in zip(bars, values, strict=True):
+            if v is not None:
+                ax.annotate(
+                    f"{v:.3g}",
+                    (bar.get_x() + bar.get_width() / 2, v),
+                    ha="center",
+                    va="bottom",
+                    fontsize=7,
+                )
+    ax.set_xticks(range(len(labels)))
+    ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8, loc="upper left")
+    ax.margins(y=0.15)  # room above the tallest bar for the legend and labels
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=120)
+    plt.close(fig)
+    tmp.replace(path)
+    return path
