@@ -1,0 +1,118 @@
+"""The grain input pipeline: dataset spec -> batches of {"image", "label", "tokens", "mask"}.
+
+  MapDataset.source -> seed -> shuffle -> repeat -> random_map(decode, augment, tokenize)
+  -> batch -> to_iter_dataset(ReadOptions(threads)) -> mp_prefetch(workers)
+
+Batching happens in the MapDataset stage, so batch b holds the same records, with the same
+augmentation, whatever the worker and thread counts (grain hands each record an rng derived
+from the seed and its position). Iterate through `open_batches`, which closes the iterator:
+an unclosed multi-worker iterator leaves processes, threads and shared memory behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+from collections.abc import Iterator
+
+import grain
+import numpy as np
+
+from dew.data.oxford_flowers import oxford_flowers_source
+from dew.data.sources import PreparedTfdsSource
+from dew.data.spec import DatasetSpec, OxfordFlowers, SyntheticImages
+from dew.data.synthetic import SyntheticSource
+from dew.data.transforms import ImageTextTransform
+
+
+def make_source(spec: DatasetSpec):
+    """The random-access record source a spec names (checks the directory up front)."""
+    if isinstance(spec, OxfordFlowers):
+        return oxford_flowers_source(spec.path, spec.split)
+    if isinstance(spec, SyntheticImages):
+        if spec.path is not None:
+            source = PreparedTfdsSource(spec.path, spec.split)
+            if not source.class_names:
+                source.class_names = SyntheticSource(1).class_names
+            return source
+        return SyntheticSource(spec.num_records, spec.seed)
+    raise TypeError(f"no source for {type(spec).__name__}")
+
+
+def build_dataset(spec: DatasetSpec, batch_size: int, *, source=None) -> grain.MapDataset:
+    """Endless batches as a MapDataset (one epoch after another, reshuffled each epoch)."""
+    source = make_source(spec) if source is None else source
+    transform = ImageTextTransform(spec.image_size, spec.augmentation, source.class_names)
+    return (
+        grain.MapDataset.source(source)
+        .seed(spec.seed)
+        .shuffle()
+        .repeat(None)
+        .random_map(transform)
+        .batch(batch_size, drop_remainder=True)
+    )
+
+
+def _worker_init(worker_index: int, worker_count: int) -> None:
+    # Workers only decode images: keep them off any accelerator, whose memory they would
+    # otherwise take when something in them first touches jax.
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    import jax
+
+    jax.config.update("jax_platforms", "cpu")
+
+
+def _mark_absl_flags_parsed() -> None:
+    # grain's multiprocessing reads absl flags; outside absl.app.run they are unparsed and
+    # mp_prefetch raises UnparsedFlagAccessError.
+    from absl import flags
+
+    if not flags.FLAGS.is_parsed():
+        flags.FLAGS.mark_as_parsed()
+
+
+def to_iter_dataset(dataset: grain.MapDataset, spec: DatasetSpec) -> grain.IterDataset:
+    loading = spec.loading
+    iter_dataset = dataset.to_iter_dataset(
+        grain.ReadOptions(num_threads=loading.threads, prefetch_buffer_size=loading.read_buffer)
+    )
+    if loading.workers > 0:
+        _mark_absl_flags_parsed()
+        iter_dataset = iter_dataset.mp_prefetch(
+            grain.MultiprocessingOptions(
+                num_workers=loading.workers, per_worker_buffer_size=loading.worker_buffer
+            ),
+            worker_init_fn=_worker_init,
+        )
+    return iter_dataset
+
+
+@contextlib.contextmanager
+def open_batches(spec: DatasetSpec, batch_size: int, *, source=None) -> Iterator[Iterator[dict]]:
+    """An iterator over batches, closed (workers joined, shared memory freed) on exit.
+
+    Entry points that use workers > 0 need an `if __name__ == "__main__":` guard: grain
+    starts its workers with spawn, which re-imports the main module.
+    """
+    spec.check()
+    iterator = iter(to_iter_dataset(build_dataset(spec, batch_size, source=source), spec))
+    batches = _batches(iterator, copy=spec.loading.workers > 0)
+    try:
+        yield batches
+    finally:
+        batches.close()
+        iterator.close()
+        # Free the closed iterator (and any batches still in its buffers) now, while the
+        # interpreter is whole: freed at shutdown instead, grain's __del__ hooks fail and
+        # shared memory blocks are reported as leaked.
+        del iterator, batches
+        gc.collect()
+
+
+def _batches(iterator: Iterator[dict], copy: bool) -> Iterator[dict]:
+    # Batches from workers are views of shared memory, freed when the view is collected;
+    # one kept past the pipeline's close would leak its block. A copy (a few hundred KB at
+    # 64 px) is the consumer's own.
+    for batch in iterator:
+        yield {key: np.array(value) for key, value in batch.items()} if copy else batch

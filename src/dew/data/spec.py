@@ -1,0 +1,105 @@
+"""Dataset specs: plain, frozen data naming what to load and how, registered by name.
+
+The command line sets them as `--data.*` (tyro subcommands `data:<name>`), so a field
+here is a flag there: `--data.image-size 64 --data.loading.workers 0 --data.path DIR`.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import ClassVar
+
+from dew.config import Config
+
+
+class Loading(Config):
+    """How grain reads: worker processes, read threads per process and their buffers.
+
+    The defaults are the seed's (32 workers, 64 threads); a machine with fewer cores gets
+    them capped by `capped_to_machine`, because threads or workers beyond the cores slow a
+    CPU-bound decode down.
+    """
+
+    workers: int = 32
+    """grain worker processes (mp_prefetch); 0 loads in the calling process."""
+    threads: int = 64
+    """read threads per process (ReadOptions.num_threads); 0 reads synchronously."""
+    read_buffer: int = 500
+    """elements each process reads ahead (ReadOptions.prefetch_buffer_size)."""
+    worker_buffer: int = 1
+    """batches each worker keeps ready (MultiprocessingOptions.per_worker_buffer_size)."""
+
+    def check(self) -> None:
+        for name in ("workers", "threads", "read_buffer"):
+            value = getattr(self, name)
+            if value < 0:
+                raise ValueError(f"data.loading.{name} must be >= 0, got {value}")
+        if self.worker_buffer < 1:
+            raise ValueError(f"data.loading.worker_buffer must be >= 1, got {self.worker_buffer}")
+
+    def capped_to_machine(self, cpus: int | None = None) -> tuple[Loading, list[str]]:
+        """Workers and threads capped to the CPU count, with one notice per capped value."""
+        cpus = cpus or os.cpu_count() or 1
+        notices = []
+        changes = {}
+        for name in ("workers", "threads"):
+            value = getattr(self, name)
+            if value > cpus:
+                changes[name] = cpus
+                notices.append(f"data.loading.{name} {value} capped to {cpus} (CPUs here)")
+        return self.model_copy(update=changes), notices
+
+
+class DatasetSpec(Config):
+    """Fields every dataset has. Subclasses set `name`, the key in DATASETS."""
+
+    name: ClassVar[str] = ""
+
+    image_size: int = 64
+    """square side in pixels after resize."""
+    augmentation: bool = True
+    """horizontal flip p=0.5 and colour jitter."""
+    path: str | None = None
+    """a prepared TFDS version directory (dataset_info.json + ArrayRecord shards)."""
+    split: str = "all"
+    """a split name, several joined with '+', or 'all' (every split in dataset_info.json)."""
+    seed: int = 0
+    """shuffle order and per-record augmentation randomness."""
+    loading: Loading = Loading()
+
+    def check(self) -> None:
+        if self.image_size < 1:
+            raise ValueError(f"data.image_size must be >= 1, got {self.image_size}")
+        self.loading.check()
+
+
+class OxfordFlowers(DatasetSpec):
+    """Oxford Flowers 102 from a TFDS-prepared oxford_flowers102 directory (8,189 records)."""
+
+    name: ClassVar[str] = "oxford-flowers"
+
+
+class SyntheticImages(DatasetSpec):
+    """Generated JPEG records: from `path` when given (made by prepare_dataset.py
+    --synthetic N), else generated in memory at start (so no disk is needed)."""
+
+    name: ClassVar[str] = "synthetic-images"
+
+    num_records: int = 2000
+    """records generated in memory when no path is given."""
+
+    def check(self) -> None:
+        super().check()
+        if self.num_records < 1:
+            raise ValueError(f"data.num_records must be >= 1, got {self.num_records}")
+
+
+DATASETS: dict[str, type[DatasetSpec]] = {
+    spec.name: spec for spec in (OxfordFlowers, SyntheticImages)
+}
+
+
+def dataset_spec(name: str, **fields) -> DatasetSpec:
+    if name not in DATASETS:
+        raise ValueError(f"unknown dataset {name!r}; valid: {', '.join(sorted(DATASETS))}")
+    return DATASETS[name](**fields)
