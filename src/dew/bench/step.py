@@ -141,8 +141,15 @@ def _is_scalar(value: Any) -> bool:
 
 def one_line(error: BaseException) -> str:
     """An error as one line: type and first line of the message (XLA's run to pages)."""
-    message = str(error).strip().splitlines()
-    text = f"{type(error).__name__}: {message[0]}" if message else type(error).__name__
+    import pydantic
+
+    if isinstance(error, pydantic.ValidationError) and error.errors():
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        text = f"invalid {error.title}{'.' + where if where else ''}: {first['msg']}"
+    else:
+        message = str(error).strip().splitlines()
+        text = f"{type(error).__name__}: {message[0]}" if message else type(error).__name__
     return text if len(text) <= 400 else text[:397] + "..."
 
 
@@ -395,15 +402,6 @@ def settings_record(options: Options, cases: Sequence[Case]) -> Settings:
     )
 
 
-def capture_environment():
-    """The environment record, or None where capture is not available yet."""
-    try:
-        from dew.bench.environment import capture
-    except ImportError:
-        return None
-    return capture()
-
-
 def check_idle(mode: str, *, skip: bool):
     """The idle-host readings (dew.bench.idle); raises HostNotIdle in mode "error".
 
@@ -458,7 +456,9 @@ def run(
 ) -> BenchmarkRun:
     """Run every case; write the record after every row; return the final record."""
     done = previous_rows(json_out) if resume else {}
-    environment = capture_environment()
+    from dew.bench.environment import capture
+
+    environment = capture()
     idle = check_idle(idle_check, skip=options.compile_only)
     record: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
@@ -476,26 +476,17 @@ def run(
         start = time.perf_counter()
         if key in done:
             row = done[key]
-            log(f"[{index}/{len(cases)}] {_case_label_row(row)}: ok in {json_out}, skipped")
         else:
             row = run_case_isolated(case, options) if options.isolate else run_case(case, options)
-            log(progress_line(index, len(cases), row, time.perf_counter() - start))
         rows.append(row)
         record["rows"] = rows
-        if json_out:
-            write_run(json_out, _with_environment(record))
-    return BenchmarkRun.model_validate(_with_environment(record))
-
-
-def _with_environment(record: dict[str, Any]) -> dict[str, Any]:
-    if record["environment"] is not None:
-        return record
-    # Environment capture is part of the results lane; until it exists a record says so
-    # with nulls rather than not being written at all.
-    from dew.bench.schema import Environment
-
-    empty = {name: None for name in Environment.model_fields}
-    return {**record, "environment": Environment(**empty)}
+        if json_out:  # on disk before anything else can go wrong
+            write_run(json_out, record)
+        if key in done:
+            log(f"[{index}/{len(cases)}] {_case_label_row(row)}: ok in {json_out}, skipped")
+        else:
+            log(progress_line(index, len(cases), row, time.perf_counter() - start))
+    return BenchmarkRun.model_validate(record)
 
 
 # --- the table -------------------------------------------------------------------------------
