@@ -1,0 +1,137 @@
+"""U-ViT: a plain ViT over [time token, text tokens, patch tokens] with long skips.
+
+Every input is a token: the noise level becomes one token, each caption token another, the
+image 256 patch tokens with a learned position table. Blocks are split into an "in" half, a
+middle block and an "out" half; each out block first fuses its mirrored in block's output
+with Dense(2d→d) (the long skip that gives U-ViT its name).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from dew.config import PresetConfig
+from dew.models.layers.attention import Attention, AttentionImpl
+from dew.models.layers.embeddings import PatchEmbed, fourier_features, fourier_frequencies
+from dew.models.layers.mlp import GeGLU, gelu_exact
+from dew.models.layers.norms import LayerNorm, RMSNorm
+from dew.models.registry import register
+
+
+class UViTConfig(PresetConfig):
+    objective: ClassVar[str] = "edm"
+
+    image_size: int = 64
+    channels: int = 3
+    patch: int = 4
+    width: int = 384
+    side_depth: int = 3  # blocks in each of the in and out halves (plus one middle block)
+    num_heads: int = 6
+    ff_ratio: int = 4  # GEGLU hidden width; its input projection is 2 · ff_ratio · d wide
+    text_features: int = 768
+    # The learned position table is sized for this resolution; smaller images use its
+    # top-left corner (the published count includes the whole table).
+    position_table_size: int = 512
+    dtype: Literal["bfloat16", "float32"] = "bfloat16"
+    attention_impl: AttentionImpl = "xla"
+
+    presets: ClassVar[dict] = {
+        "small": {},
+        "cpu-smoke": {
+            "image_size": 16,
+            "width": 32,
+            "side_depth": 1,
+            "num_heads": 2,
+            "ff_ratio": 2,
+            "position_table_size": 32,
+        },
+    }
+
+
+class UViTBlock(nnx.Module):
+    """Pre-norm block: RMSNorm → attention (no biases) → residual, RMSNorm → GEGLU → residual."""
+
+    def __init__(self, config: UViTConfig, *, rngs: nnx.Rngs):
+        d, dtype = config.width, jnp.dtype(config.dtype)
+        self.attention_norm = RMSNorm(d, rngs=rngs)
+        self.attention = Attention(
+            d, config.num_heads, qkv_bias=False, dtype=dtype,
+            attention_impl=config.attention_impl, rngs=rngs,
+        )  # fmt: skip
+        self.ff_norm = RMSNorm(d, rngs=rngs)
+        self.ff = GeGLU(d, config.ff_ratio * d, activation=gelu_exact, dtype=dtype, rngs=rngs)
+
+    def __call__(self, x: jax.Array, mask: jax.Array) -> jax.Array:
+        x = x + self.attention(self.attention_norm(x), mask=mask)
+        return x + self.ff(self.ff_norm(x))
+
+
+@register("uvit", UViTConfig)
+class UViT(nnx.Module):
+    def __init__(self, config: UViTConfig, *, rngs: nnx.Rngs):
+        d, p, dtype = config.width, config.patch, jnp.dtype(config.dtype)
+        if config.image_size % p or config.position_table_size % p:
+            raise ValueError(
+                f"image_size {config.image_size} and position_table_size "
+                f"{config.position_table_size} must be multiples of patch {p}"
+            )
+        if config.image_size > config.position_table_size:
+            raise ValueError(
+                f"image_size {config.image_size} exceeds position_table_size "
+                f"{config.position_table_size}"
+            )
+        self.config = config
+        dense = lambda i, o: nnx.Linear(i, o, dtype=dtype, rngs=rngs)
+        self.patch_embed = PatchEmbed(p, config.channels, d, dtype=dtype, rngs=rngs)
+        table_side = config.position_table_size // p
+        self.positions = nnx.Param(
+            nnx.initializers.normal(0.02)(rngs.params(), (table_side, table_side, d))
+        )
+        self.time_frequencies = fourier_frequencies(d)
+        self.time_in, self.time_out = dense(d, d), dense(d, d)
+        self.text_in = dense(config.text_features, d)
+        self.in_blocks = nnx.List([UViTBlock(config, rngs=rngs) for _ in range(config.side_depth)])
+        self.mid_block = UViTBlock(config, rngs=rngs)
+        self.skip_fusions = nnx.List([dense(2 * d, d) for _ in range(config.side_depth)])
+        self.out_blocks = nnx.List([UViTBlock(config, rngs=rngs) for _ in range(config.side_depth)])
+        self.final_norm = LayerNorm(d, rngs=rngs)
+        self.head = dense(d, p * p * config.channels)
+
+    def __call__(
+        self, x: jax.Array, t: jax.Array, text: jax.Array, text_mask: jax.Array
+    ) -> jax.Array:
+        config, dtype = self.config, jnp.dtype(self.config.dtype)
+        b, h, w, c = x.shape
+        p = config.patch
+        grid_h, grid_w = h // p, w // p
+
+        patches = self.patch_embed(x.astype(dtype))
+        positions = self.positions[:grid_h, :grid_w].reshape(grid_h * grid_w, -1)
+        patches = patches + positions.astype(dtype)[None]
+        time = fourier_features(t, self.time_frequencies).astype(dtype)
+        time = gelu_exact(self.time_out(gelu_exact(self.time_in(time))))
+        words = self.text_in(text.astype(dtype))
+        tokens = jnp.concatenate([time[:, None], words, patches], axis=1)
+
+        # Padding caption tokens are never attended to; the time token and patches always are.
+        keep = jnp.concatenate(
+            [jnp.ones((b, 1), bool), text_mask, jnp.ones((b, grid_h * grid_w), bool)], axis=1
+        )
+        mask = keep[:, None, None, :]
+
+        skips = []
+        for block in self.in_blocks:
+            tokens = block(tokens, mask)
+            skips.append(tokens)
+        tokens = self.mid_block(tokens, mask)
+        for fusion, block in zip(self.skip_fusions, self.out_blocks, strict=True):
+            tokens = fusion(jnp.concatenate([tokens, skips.pop()], axis=-1))
+            tokens = block(tokens, mask)
+
+        patches = self.head(self.final_norm(tokens)[:, -grid_h * grid_w :])
+        patches = patches.reshape(b, grid_h, grid_w, p, p, c).transpose(0, 1, 3, 2, 4, 5)
+        return patches.reshape(b, h, w, c).astype(jnp.float32)

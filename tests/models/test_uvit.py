@@ -1,0 +1,52 @@
+"""uvit: the published row (params exact, GFLOP/step within 0.1%) and a cpu-smoke training run."""
+
+import jax
+import numpy as np
+import pytest
+
+from dew.train.mesh import MeshSpec
+from dew.train.trainer import Trainer
+
+PUBLISHED_PARAMS = 24_351_024
+PUBLISHED_GFLOP = 617.8
+PUBLISHED_BATCH = 16
+
+
+@pytest.fixture(scope="module")
+def small():
+    """The small preset compiled (never run) for the published batch."""
+    trainer = Trainer("uvit", preset="small", compilation_cache_dir=None)
+    trainer.compile(trainer.example_batch(PUBLISHED_BATCH))
+    return trainer
+
+
+def test_small_params_match_published(small):
+    assert small.param_counts == {"backbone": PUBLISHED_PARAMS, "condition": 0}
+
+
+def test_small_condition_in_state_adds_the_table():
+    trainer = Trainer("uvit", preset="small", condition_in_state=True, compilation_cache_dir=None)
+    assert trainer.param_counts == {"backbone": PUBLISHED_PARAMS, "condition": 130 * 768}
+
+
+def test_small_gflop_per_step_within_0_1_percent(small):
+    assert small.flops / 1e9 == pytest.approx(PUBLISHED_GFLOP, rel=1e-3)
+
+
+def test_cpu_smoke_trains_three_steps_sharded_over_8_devices():
+    trainer = Trainer("uvit", preset="cpu-smoke", mesh=MeshSpec(fsdp=8), compilation_cache_dir=None)
+    batch = trainer.put_batch(trainer.example_batch(8))
+    state = trainer.init()
+    table = state.params["model"]["positions"][...]
+    assert "fsdp" in table.sharding.spec
+    assert len({shard.device for shard in table.addressable_shards}) == 8
+    assert table.addressable_shards[0].data.size == table.size // 8
+
+    losses = []
+    for _ in range(3):
+        old = state
+        state, metrics = trainer.step(state, batch)
+        losses.append(float(metrics["train/loss"]))
+        assert jax.tree.leaves(old.params)[0].is_deleted()  # the step donated its input state
+    assert np.all(np.isfinite(losses))
+    assert int(state.step) == 3
