@@ -12,9 +12,10 @@ import json
 import re
 from dataclasses import dataclass, field
 
-# `  ROOT %name = TYPE opcode(rest`: the type is everything up to the first ` word(`, which
-# no type contains (tuple types hold `f32[..]`, layouts `{1,0:T(8,128)}`, never ` word(`).
-_INSTRUCTION = re.compile(r"^\s+(ROOT\s+)?%?([^\s=]+)\s*=\s*(.*?) ([a-z][a-z0-9\-]*)\((.*)$")
+# `  ROOT %name = TYPE opcode(`; the rest of the line is kept for later. The type is
+# everything up to the first ` word(`, which no type contains (tuple types hold `f32[..]`,
+# layouts `{1,0:T(8,128)}`, never ` word(`).
+_INSTRUCTION = re.compile(r"\s+(ROOT\s+)?%?([^\s=]+)\s*=\s*(.*?) ([a-z][a-z0-9\-]*)\(")
 # `%name (params) -> type {` or `ENTRY %name ...{` at column 0.
 _COMPUTATION = re.compile(r"^(ENTRY\s+)?%?([^\s(]+)\s*\(")
 _ARRAY_SHAPE = re.compile(r"([a-z][a-z0-9]*)\[([^\]]*)\]")
@@ -71,15 +72,19 @@ class Instruction:
 
     def _split(self) -> None:
         rest = self._rest
-        depth, end = 1, len(rest)
-        for index, ch in enumerate(rest):
-            if ch == "(":
-                depth += 1
-            elif ch == ")":
-                depth -= 1
-                if depth == 0:
-                    end = index
-                    break
+        close = rest.find(")")
+        if close >= 0 and "(" not in rest[:close]:  # the usual case: no nested parentheses
+            end = close
+        else:
+            depth, end = 1, len(rest)
+            for index, ch in enumerate(rest):
+                if ch == "(":
+                    depth += 1
+                elif ch == ")":
+                    depth -= 1
+                    if depth == 0:
+                        end = index
+                        break
         self._operands = _operand_items(rest[:end])
         self._attributes = rest[end + 1 :]
 
@@ -138,6 +143,8 @@ class Instruction:
 
 
 def _operand_items(text: str) -> list[str]:
+    if not any(ch in text for ch in "([{"):  # names only, or inline types without layouts
+        return [item.strip() for item in text.split(",") if item.strip()]
     items, depth, start = [], 0, 0
     for i, ch in enumerate(text):
         if ch in "([{":
@@ -230,7 +237,8 @@ def parse_module(text: str) -> HloModule:
                 found = instruction_match(line)
                 if found is None:
                     continue
-                is_root, name, type_text, opcode, rest = found.groups()
+                is_root, name, type_text, opcode = found.groups()
+                rest = line[found.end() :]
                 instruction = Instruction(name, type_text, opcode, rest)
                 current.instructions[name] = instruction
                 if is_root:
