@@ -8,6 +8,7 @@ import optax
 import pytest
 from flax import nnx
 from jax import lax
+from jax.sharding import NamedSharding, PartitionSpec
 
 from dew.telemetry.instrumentation import (
     HloParseError,
@@ -35,6 +36,15 @@ def test_batched_dot_counts_two_times_result_times_contracted():
     assert count.by_kind["dot"] == count.total
     assert count.op_counts["dot"] == 1
     assert compiled_flops(compiled) == count.total
+
+
+def test_sharded_program_counts_per_device():
+    mesh = jax.make_mesh((8,), ("data",))
+    rows = NamedSharding(mesh, PartitionSpec("data"))
+    x = jax.ShapeDtypeStruct((256, 128), jnp.float32, sharding=rows)
+    w = jax.ShapeDtypeStruct((128, 64), jnp.float32, sharding=NamedSharding(mesh, PartitionSpec()))
+    compiled = jax.jit(lambda x, w: x @ w).lower(x, w).compile()
+    assert compiled_flops(compiled) == dot_flops(256, 128, 64) / 8
 
 
 def test_attention_einsums_count_both_products_full_square():
