@@ -3,9 +3,14 @@ environment exists, and builds every environment it uses from the hash locks."""
 
 from __future__ import annotations
 
+import datetime
 import filecmp
+import importlib.util
+import os
 import pathlib
+import re
 import shutil
+import subprocess
 import sys
 import tempfile
 
@@ -18,6 +23,18 @@ UV = "uv==0.13.9"  # the lock tool is pinned like everything else
 
 nox.options.default_venv_backend = "venv"
 nox.options.sessions = ["tests"]
+
+
+def _load_engine_helper():
+    """docker/engine.py, the stdlib-only container helper (docker/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("dew_engine", ROOT / "docker" / "engine.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+containers = _load_engine_helper()
 
 # What each lock installs: the runtime stack plus the dev tools, per variant.
 LOCK_EXTRAS = {"cpu": ["dev"], "cuda12": ["cuda12"], "cuda13": ["cuda13"]}
@@ -81,3 +98,301 @@ def lock(session: nox.Session) -> None:
         session.error(f"stale lock: {names} no longer matches pyproject.toml; run `nox -s lock`")
     if check:
         print("locks match pyproject.toml", file=sys.stderr)
+
+
+# --- results tools (dew.bench.validate / compare / schema) -------------------------------
+
+
+@nox.session(python=PYTHON)
+def validate(session: nox.Session) -> None:
+    """Validate results records: `nox -s validate -- FILES...`."""
+    install_locked(session)
+    session.run("python", "-m", "dew.bench.validate", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def compare(session: nox.Session) -> None:
+    """Hold a run against a reference: `nox -s compare -- RUN.json [REFERENCE.json] ...`."""
+    install_locked(session)
+    session.run("python", "-m", "dew.bench.compare", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def schema(session: nox.Session) -> None:
+    """Export the results JSON Schema to results/schema/."""
+    install_locked(session)
+    session.run("python", "-m", "dew.bench.schema", "--export", "results/schema")
+
+
+# --- containers and benchmark sessions ----------------------------------------------------
+
+SMOKE_ENV = {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
+# The oldest driver each CUDA variant's wheels run on.
+MIN_DRIVER = {"cuda12": 525, "cuda13": 580}
+
+
+def _fail(session: nox.Session, error: Exception) -> None:
+    session.error(str(error))
+
+
+def pop_option(args: list[str], name: str, default: str | None = None) -> str | None:
+    """Remove `--name VALUE` or `--name=VALUE` from args and return VALUE."""
+    for index, arg in enumerate(args):
+        if arg == name and index + 1 < len(args):
+            value = args[index + 1]
+            del args[index : index + 2]
+            return value
+        if arg.startswith(name + "="):
+            del args[index]
+            return arg.split("=", 1)[1]
+    return default
+
+
+def choose_engine(session: nox.Session):
+    try:
+        return containers.choose()
+    except containers.EngineError as error:
+        _fail(session, error)
+
+
+def resolve_base(session: nox.Session, engine, requested: str | None) -> str | None:
+    """The base image to build on. A requested one (`--base-image` or DEW_BASE_IMAGE) must
+    be present or pullable. Otherwise the default if present or pullable, else the offline
+    Debian base (built with debootstrap when missing); None when none can be had."""
+    if requested:
+        if containers.image_exists(engine, requested) or containers.pull(engine, requested):
+            return requested
+        session.error(f"base image {requested} is neither present nor pullable")
+    default = containers.DEFAULT_BASE_IMAGE
+    if containers.image_exists(engine, default):
+        return default
+    offline = containers.OFFLINE_BASE_IMAGE
+    if containers.image_exists(engine, offline):
+        session.log(f"using the offline base {offline} ({default} is not present)")
+        return offline
+    if containers.pull(engine, default):
+        return default
+    if shutil.which("debootstrap") and os.geteuid() == 0:
+        session.log(f"{default} cannot be pulled here: building the offline base {offline}")
+        try:
+            return containers.build_offline_base(engine, log=session.log)
+        except containers.EngineError as error:
+            _fail(session, error)
+    return None
+
+
+def build_image(session: nox.Session, engine, variant: str, base: str):
+    try:
+        return containers.build_image(engine, variant, base, log=session.log)
+    except containers.EngineError as error:
+        _fail(session, error)
+
+
+def new_run_dir(preset: str, device: str) -> pathlib.Path:
+    """results/runs/<date>-<preset>-<device>-<commit>/, new for every run."""
+    commit, dirty = containers.git_commit()
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+    short = (commit or "nocommit")[:7] + ("-dirty" if dirty else "")
+    device = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")
+    run_dir = ROOT / "results" / "runs" / f"{stamp}-{preset}-{device}-{short}"
+    run_dir.mkdir(parents=True)
+    return run_dir
+
+
+def write_atomically(path: pathlib.Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+class Runner:
+    """Runs `python ...` from the checkout root: in the image, or (engine none) in the
+    session's venv. Paths under results/ are given as host paths and mapped."""
+
+    def __init__(self, session: nox.Session, engine=None, image=None, gpu=False, mounts=()):
+        self.session, self.engine, self.image = session, engine, image
+        self.gpu, self.mounts = gpu, list(mounts)
+
+    def path(self, host_path: pathlib.Path) -> str:
+        if self.engine is None:
+            return str(host_path)
+        return containers.to_image_path(host_path)
+
+    def python(self, *args: str, env=None, stdout_to: pathlib.Path | None = None) -> None:
+        env = dict(env or {})
+        if self.engine is None:
+            argv, run_env = ["python", *args], env
+        else:
+            argv = containers.run_argv(
+                self.engine, self.image, ["python", *args], env=env, gpu=self.gpu,
+                mounts=self.mounts,
+            )  # fmt: skip
+            run_env = None
+        if stdout_to is None:
+            self.session.run(*argv, env=run_env, external=True)
+            return
+        # The tool's table goes to stdout, progress to stderr: keep the table, show both.
+        with tempfile.TemporaryFile("w+") as captured:
+            self.session.run(
+                *argv, env=run_env, external=True, stdout=captured, stderr=sys.stderr
+            )  # fmt: skip
+            captured.seek(0)
+            table = captured.read()
+        write_atomically(stdout_to, table)
+        print(table)
+
+
+def step_benchmark(runner: Runner, run_dir: pathlib.Path, preset: str, args, env) -> None:
+    """tools/benchmark_step.py for the preset, then its record validated."""
+    if not (ROOT / "tools" / "benchmark_step.py").exists():
+        runner.session.error("tools/benchmark_step.py is missing from this checkout")
+    step_json = run_dir / "step.json"
+    runner.python(
+        "tools/benchmark_step.py", "--preset", preset, "--json-out", runner.path(step_json),
+        "--format", "md", *args, env=env, stdout_to=run_dir / "table.md",
+    )  # fmt: skip
+    runner.python("-m", "dew.bench.validate", runner.path(step_json))
+    runner.session.log(f"record: {step_json.relative_to(ROOT)}")
+
+
+@nox.session(name="base-image", python=False)
+def base_image(session: nox.Session) -> None:
+    """The offline base (Debian trixie, Python 3.13) from this machine's apt archive."""
+    engine = choose_engine(session)
+    if engine is None:
+        session.error("base-image needs podman or docker: `apt-get install podman runc`")
+    try:
+        ref = containers.build_offline_base(engine, log=session.log)
+        session.log(f"{ref} {containers.base_digest(engine, ref)}")
+    except containers.EngineError as error:
+        _fail(session, error)
+
+
+@nox.session(name="cpu-smoke", python=PYTHON)
+def cpu_smoke(session: nox.Session) -> None:
+    """Tiny models of every architecture on 8 simulated CPU devices, in the cpu image.
+
+    `-- [--base-image REF] [benchmark_step.py flags]`; DEW_ENGINE=docker|podman|none.
+    """
+    args = list(session.posargs)
+    requested_base = pop_option(args, "--base-image", os.environ.get("DEW_BASE_IMAGE"))
+    engine = choose_engine(session)
+    base = resolve_base(session, engine, requested_base) if engine else None
+    if engine is None or base is None:
+        why = (
+            "DEW_ENGINE=none"
+            if engine is None and os.environ.get("DEW_ENGINE")
+            else ("no container engine answers" if engine is None else "no base image can be had")
+        )
+        session.log(f"{why}: running in a nox venv from locks/cpu.txt (container: null)")
+        install_locked(session)
+        runner = Runner(session)
+    else:
+        runner = Runner(session, engine, build_image(session, engine, "cpu", base))
+    run_dir = new_run_dir("cpu-smoke", "cpu")
+    smoke = ["--steps", "2", "--idle-check", "warn", *args]
+    step_benchmark(runner, run_dir, "cpu-smoke", smoke, SMOKE_ENV)
+
+
+def gpu_preflight(session: nox.Session, variant: str):
+    """Engine, GPU and driver, each failing with the one line that says what to fix."""
+    if variant not in MIN_DRIVER:
+        session.error(f"--variant {variant!r} is not one of: {', '.join(MIN_DRIVER)}")
+    engine = choose_engine(session)
+    if engine is None:
+        session.error(
+            "bench-gpu needs a container engine with GPU access: install docker with the "
+            "NVIDIA Container Toolkit, or podman with its CDI spec (nvidia-ctk cdi generate)"
+        )
+    if not shutil.which("nvidia-smi"):
+        session.error(
+            "no NVIDIA GPU here: nvidia-smi is not on PATH; bench-gpu needs an NVIDIA GPU and "
+            f"driver >= {MIN_DRIVER[variant]} (on a CPU machine run `nox -s cpu-smoke`)"
+        )
+    query = subprocess.run(
+        ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    lines = [line.split(",") for line in query.stdout.strip().splitlines() if "," in line]
+    if query.returncode != 0 or not lines:
+        session.error(f"nvidia-smi sees no GPU: {query.stderr.strip() or query.stdout.strip()}")
+    name, driver = lines[0][0].strip(), lines[0][1].strip()
+    if int(driver.split(".")[0]) < MIN_DRIVER[variant]:
+        session.error(
+            f"driver {driver} is older than {variant} needs ({MIN_DRIVER[variant]}+): "
+            "update the NVIDIA driver or use --variant cuda12"
+        )
+    return engine, name
+
+
+@nox.session(name="bench-gpu", python=False)
+def bench_gpu(session: nox.Session) -> None:
+    """The small preset on the GPU, one process per architecture, in the CUDA image.
+
+    `-- [--variant cuda13|cuda12] [--base-image REF] [--data.path DIR] [benchmark_step flags]`
+    """
+    args = list(session.posargs)
+    variant = pop_option(args, "--variant", "cuda13")
+    requested_base = pop_option(args, "--base-image", os.environ.get("DEW_BASE_IMAGE"))
+    data_path = pop_option(args, "--data.path")
+    if data_path and not pathlib.Path(data_path).is_dir():
+        session.error(f"--data.path {data_path} is not a directory")
+    engine, gpu_name = gpu_preflight(session, variant)
+    base = resolve_base(session, engine, requested_base)
+    if base is None:
+        session.error(f"no base image: pull {containers.DEFAULT_BASE_IMAGE} or install debootstrap")
+    image = build_image(session, engine, variant, base)
+    mounts = [(pathlib.Path(data_path), "/data", "ro")] if data_path else []
+    runner = Runner(session, engine, image, gpu=True, mounts=mounts)
+    # Visible through the engine: the container toolkit or CDI spec is set up.
+    runner.python("-c", "import jax; print(jax.devices('gpu'))", env={"JAX_PLATFORMS": "cuda"})
+    run_dir = new_run_dir("small", gpu_name)
+    step_benchmark(
+        runner, run_dir, "small", ["--idle-check", "error", *args], {"JAX_PLATFORMS": "cuda"}
+    )
+    if data_path:
+        loader_benchmark(runner, run_dir, "/data", against=run_dir / "step.json")
+    runner.python("-m", "dew.bench.compare", runner.path(run_dir / "step.json"))
+
+
+def loader_benchmark(runner: Runner, run_dir, data_path: str, against=None, args=()) -> None:
+    """tools/benchmark_data.py with the seed's settings, at 0 and 8 workers."""
+    if not (ROOT / "tools" / "benchmark_data.py").exists():
+        runner.session.error("tools/benchmark_data.py is missing from this checkout")
+    data_json = run_dir / "data.json"
+    extra = ["--against", runner.path(against)] if against and against.exists() else []
+    runner.python(
+        "tools/benchmark_data.py", "data:oxford-flowers", "--batch", "8",
+        "--data.image-size", "64", "--steps", "100", "--warmup", "5",
+        "--data.path", data_path, "--json-out", runner.path(data_json), *extra, *args,
+        env={"JAX_PLATFORMS": "cpu"}, stdout_to=run_dir / "data-table.md",
+    )  # fmt: skip
+    runner.python("-m", "dew.bench.validate", runner.path(data_json))
+
+
+@nox.session(name="bench-data", python=PYTHON)
+def bench_data(session: nox.Session) -> None:
+    """The loader benchmark: `-- --data.path DIR [benchmark_data.py flags]`.
+
+    In the cpu image when an engine answers, else in a nox venv from locks/cpu.txt.
+    """
+    args = list(session.posargs)
+    data_path = pop_option(args, "--data.path")
+    if not data_path or not pathlib.Path(data_path).is_dir():
+        session.error(
+            f"--data.path {data_path!r} is not a directory; give the prepared "
+            "oxford_flowers102 version directory (or pass --synthetic N to benchmark_data)"
+            if data_path
+            else "bench-data needs --data.path DIR (a prepared version directory)"
+        )
+    engine = choose_engine(session)
+    base = resolve_base(session, engine, os.environ.get("DEW_BASE_IMAGE")) if engine else None
+    if engine is None or base is None:
+        session.log("no container engine or base: running in a nox venv from locks/cpu.txt")
+        install_locked(session)
+        runner, inside = Runner(session), str(pathlib.Path(data_path).resolve())
+    else:
+        mounts = [(pathlib.Path(data_path), "/data", "ro")]
+        image = build_image(session, engine, "cpu", base)
+        runner, inside = Runner(session, engine, image, mounts=mounts), "/data"
+    loader_benchmark(runner, new_run_dir("data", "cpu"), inside, args=args)
