@@ -39,22 +39,19 @@ class ArrayShape:
         return n
 
 
-def parse_array_shapes(type_text: str) -> list[ArrayShape]:
-    """Every array in a type, in order: one for `f32[2,3]{1,0}`, one per leaf of a tuple."""
-    shapes = []
-    for dtype, dims in _ARRAY_SHAPE.findall(type_text):
-        # Dynamic dimensions print as `<=N`; their bound is what the kernel is sized for.
-        parsed = tuple(int(d.strip().lstrip("<=")) for d in dims.split(",") if d.strip())
-        shapes.append(ArrayShape(dtype, parsed))
-    return shapes
+def _array_shape(dtype: str, dims: str) -> ArrayShape:
+    # Dynamic dimensions print as `<=N`; their bound is what the kernel is sized for.
+    return ArrayShape(
+        dtype, tuple(int(d.strip().lstrip("<=")) for d in dims.split(",") if d.strip())
+    )
 
 
 def first_array_shape(type_text: str) -> ArrayShape:
     """The array itself, or a tuple's element 0 (cuBLAS/cuDNN results: output, workspace)."""
-    shapes = parse_array_shapes(type_text)
-    if not shapes:
+    found = _ARRAY_SHAPE.search(type_text)
+    if found is None:
         raise HloParseError(f"no array shape in type {type_text!r}")
-    return shapes[0]
+    return _array_shape(*found.groups())
 
 
 class Instruction:
