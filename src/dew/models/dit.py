@@ -1,0 +1,241 @@
+"""The DiT family: simple_dit, simple_udit (long skips) and hybrid_dit (S5 token mixers).
+
+All three share the same pieces: a p×p patch embedding with fixed 2-D sin-cos positions,
+a random-Fourier time embedding MLP, a text path (Dense(768→d) per caption token, then a
+masked mean) added to the time vector to give `c`, adaLN-Zero modulated blocks with RoPE
+attention on the raster index, and an affine-LayerNorm head. Call:
+`model(x [B,H,W,C], t [B], text [B,77,768], text_mask [B,77]) -> [B,H,W,C] fp32`.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+import jax
+import jax.numpy as jnp
+import pydantic
+from flax import nnx
+
+from dew.config import PresetConfig
+from dew.models.layers.attention import Attention, AttentionImpl, rope_frequencies
+from dew.models.layers.embeddings import (
+    Constant,
+    PatchEmbed,
+    fourier_features,
+    fourier_frequencies,
+    sincos_2d,
+)
+from dew.models.layers.mlp import Mlp, gelu_exact
+from dew.models.layers.modulation import AdaLNModulation, modulate
+from dew.models.layers.norms import LayerNorm
+from dew.models.layers.ssm import BidirectionalS5
+from dew.models.registry import register
+
+
+class DiTConfig(PresetConfig):
+    objective: ClassVar[str] = "edm"
+
+    image_size: int = 64
+    channels: int = 3
+    patch: int = 4
+    width: int = 384
+    depth: int = 6
+    heads: int = 6
+    mlp_ratio: int = 4
+    text_width: int = 768
+    rope_theta: float = 1e4
+    dtype: Literal["bfloat16", "float32"] = "bfloat16"
+    attention_impl: AttentionImpl = "xla"
+
+    presets: ClassVar = {
+        "small": {},
+        "cpu-smoke": {"image_size": 16, "width": 64, "depth": 2, "heads": 2, "mlp_ratio": 2},
+    }
+
+    @pydantic.model_validator(mode="after")
+    def _check_shapes(self):
+        if self.width % self.heads:
+            raise ValueError(f"width {self.width} is not divisible by heads {self.heads}")
+        if self.image_size % self.patch:
+            raise ValueError(f"image_size {self.image_size} is not divisible by patch {self.patch}")
+        return self
+
+
+class SimpleUDiTConfig(DiTConfig):
+    """depth counts every block: depth // 2 down, 1 middle, depth // 2 up."""
+
+    depth: int = 7
+    presets: ClassVar = {
+        "small": {},
+        "cpu-smoke": {"image_size": 16, "width": 64, "depth": 3, "heads": 2, "mlp_ratio": 2},
+    }
+
+
+class HybridDiTConfig(DiTConfig):
+    """Every `attention_every`-th layer mixes tokens by attention, the others by S5."""
+
+    attention_every: int = 4
+    ssm_state: int = 64
+    presets: ClassVar = {
+        "small": {},
+        "cpu-smoke": {
+            "image_size": 16, "width": 64, "depth": 4, "heads": 2, "mlp_ratio": 2, "ssm_state": 16,
+        },
+    }  # fmt: skip
+
+
+class TimeEmbedding(nnx.Module):
+    """Fixed Fourier features (scale 16) → Dense(d→4d), GELU → Dense(4d→4d), GELU → Dense(4d→d)."""
+
+    def __init__(self, width: int, *, rngs: nnx.Rngs, dtype):
+        self.frequencies = fourier_frequencies(width)
+        self.mlp = nnx.Sequential(
+            nnx.Linear(width, 4 * width, dtype=dtype, rngs=rngs),
+            gelu_exact,
+            nnx.Linear(4 * width, 4 * width, dtype=dtype, rngs=rngs),
+            gelu_exact,
+            nnx.Linear(4 * width, width, dtype=dtype, rngs=rngs),
+        )
+
+    def __call__(self, t: jax.Array) -> jax.Array:
+        return self.mlp(fourier_features(t, self.frequencies))
+
+
+class TextPool(nnx.Module):
+    """Dense(768→d) on every caption token, then the masked mean (projecting first is the
+    published FLOP count)."""
+
+    def __init__(self, text_width: int, width: int, *, rngs: nnx.Rngs, dtype):
+        self.proj = nnx.Linear(text_width, width, dtype=dtype, rngs=rngs)
+
+    def __call__(self, text: jax.Array, mask: jax.Array) -> jax.Array:
+        tokens = self.proj(text).astype(jnp.float32)
+        weights = mask.astype(jnp.float32)[..., None]
+        pooled = (tokens * weights).sum(1) / jnp.maximum(weights.sum(1), 1.0)
+        return pooled.astype(tokens.dtype)
+
+
+class DiTBlock(nnx.Module):
+    """adaLN-Zero block: modulated LN → token mixer → gate, modulated LN → MLP → gate.
+
+    The mixer is RoPE self-attention, or (`ssm_state` set) a bidirectional S5.
+    """
+
+    def __init__(self, config: DiTConfig, *, rngs: nnx.Rngs, ssm_state: int | None = None):
+        d, dtype = config.width, config.dtype
+        self.modulation = AdaLNModulation(d, d, 6, rngs=rngs, dtype=dtype)
+        self.norm1 = LayerNorm(d, affine=False, rngs=rngs)
+        self.norm2 = LayerNorm(d, affine=False, rngs=rngs)
+        if ssm_state is None:
+            self.mixer = Attention(
+                d, config.heads, dtype=dtype, attention_impl=config.attention_impl, rngs=rngs
+            )
+        else:
+            self.mixer = BidirectionalS5(d, ssm_state, dtype=dtype, rngs=rngs)
+        self.mlp = Mlp(d, config.mlp_ratio * d, dtype=dtype, rngs=rngs)
+
+    def __call__(self, x: jax.Array, c: jax.Array, rope_angles: jax.Array) -> jax.Array:
+        shift1, scale1, gate1, shift2, scale2, gate2 = self.modulation(c)
+        h = modulate(self.norm1(x), shift1, scale1)
+        if isinstance(self.mixer, Attention):
+            h = self.mixer(h, rope_angles=rope_angles)
+        else:
+            h = self.mixer(h)
+        x = x + gate1[:, None] * h
+        h = self.mlp(modulate(self.norm2(x), shift2, scale2))
+        return x + gate2[:, None] * h
+
+
+class DiTBase(nnx.Module):
+    """Patch embedding, conditioning and head shared by the family; subclasses run blocks."""
+
+    def __init__(self, config: DiTConfig, *, rngs: nnx.Rngs):
+        self.config = config
+        d, dtype = config.width, config.dtype
+        grid = config.image_size // config.patch
+        self.patch_embed = PatchEmbed(config.patch, config.channels, d, dtype=dtype, rngs=rngs)
+        self.positions = Constant(sincos_2d(grid, grid, d))
+        self.time_embed = TimeEmbedding(d, dtype=dtype, rngs=rngs)
+        self.text_pool = TextPool(config.text_width, d, dtype=dtype, rngs=rngs)
+        self.head_norm = LayerNorm(d, rngs=rngs)
+        self.head = nnx.Linear(
+            d, config.patch**2 * config.channels, kernel_init=nnx.initializers.zeros_init(),
+            dtype=dtype, rngs=rngs,
+        )  # fmt: skip
+
+    def run_blocks(self, x: jax.Array, c: jax.Array, rope_angles: jax.Array) -> jax.Array:
+        raise NotImplementedError
+
+    def __call__(self, x, t, text, text_mask):
+        config = self.config
+        dtype = jnp.dtype(config.dtype)
+        batch, height, width, channels = x.shape
+        tokens = self.patch_embed(x.astype(dtype)) + self.positions(dtype)[None]
+        c = self.time_embed(t) + self.text_pool(text, text_mask)
+        num_tokens = tokens.shape[1]
+        rope_angles = rope_frequencies(
+            jnp.arange(num_tokens), config.width // config.heads, config.rope_theta
+        )
+        tokens = self.run_blocks(tokens, c, rope_angles)
+        out = self.head(self.head_norm(tokens)).astype(jnp.float32)
+        p = config.patch
+        out = out.reshape(batch, height // p, width // p, p, p, channels)
+        return out.transpose(0, 1, 3, 2, 4, 5).reshape(batch, height, width, channels)
+
+
+@register("simple_dit", DiTConfig)
+class SimpleDiT(DiTBase):
+    def __init__(self, config: DiTConfig, *, rngs: nnx.Rngs):
+        super().__init__(config, rngs=rngs)
+        self.blocks = nnx.List([DiTBlock(config, rngs=rngs) for _ in range(config.depth)])
+
+    def run_blocks(self, x, c, rope_angles):
+        for block in self.blocks:
+            x = block(x, c, rope_angles)
+        return x
+
+
+@register("simple_udit", SimpleUDiTConfig)
+class SimpleUDiT(DiTBase):
+    """U-shaped: each up block first merges its mirrored down block's output, Dense(2d→d)."""
+
+    def __init__(self, config: SimpleUDiTConfig, *, rngs: nnx.Rngs):
+        super().__init__(config, rngs=rngs)
+        half, d = config.depth // 2, config.width
+        block = lambda: DiTBlock(config, rngs=rngs)
+        self.down = nnx.List([block() for _ in range(half)])
+        self.middle = nnx.List([block() for _ in range(config.depth - 2 * half)])
+        self.merges = nnx.List(
+            [nnx.Linear(2 * d, d, dtype=config.dtype, rngs=rngs) for _ in range(half)]
+        )
+        self.up = nnx.List([block() for _ in range(half)])
+
+    def run_blocks(self, x, c, rope_angles):
+        skips = []
+        for block in self.down:
+            x = block(x, c, rope_angles)
+            skips.append(x)
+        for block in self.middle:
+            x = block(x, c, rope_angles)
+        for merge, block in zip(self.merges, self.up, strict=True):
+            x = merge(jnp.concatenate([x, skips.pop()], axis=-1))
+            x = block(x, c, rope_angles)
+        return x
+
+
+@register("hybrid_dit", HybridDiTConfig)
+class HybridDiT(SimpleDiT):
+    """simple_dit whose token mixers follow ssm, ssm, ssm, attn, … (attention every 4th)."""
+
+    def __init__(self, config: HybridDiTConfig, *, rngs: nnx.Rngs):
+        DiTBase.__init__(self, config, rngs=rngs)
+        self.blocks = nnx.List(
+            [
+                DiTBlock(
+                    config,
+                    rngs=rngs,
+                    ssm_state=None if (i + 1) % config.attention_every == 0 else config.ssm_state,
+                )
+                for i in range(config.depth)
+            ]
+        )

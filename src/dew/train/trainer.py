@@ -1,0 +1,280 @@
+"""The Trainer: where model, objective, optimizer, mesh and batch meet.
+
+    trainer = Trainer("simple_dit", preset="small", mesh=MeshSpec(fsdp=8))
+    state = trainer.init()                         # params, adam state, EMA, step; sharded
+    batch = trainer.example_batch(16)              # one host batch (numpy default_rng(0))
+    trainer.compile(batch)                         # ahead of time; .compiled, .compile_seconds
+    state, metrics = trainer.step(state, batch)    # the compiled step, state donated
+
+The step is one jitted function of (state, batch): objective loss, gradients, adam update,
+EMA update. It is lowered and compiled ahead of time from abstract shapes, so a small
+preset model can be compiled (for its FLOPs and memory analysis) without being run.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec
+
+from dew.config import PresetConfig
+from dew.models import registry
+from dew.models.layers.attention import ATTENTION_IMPLS
+from dew.models.layers.text_condition import CharTable
+from dew.train.mesh import MeshSpec, batch_shardings, state_shardings
+from dew.train.objectives import get_objective
+from dew.train.state import TrainState, count_params
+
+DTYPES = ("bfloat16", "float32")
+LEARNING_RATE = 1e-4
+DEFAULT_CACHE = "default"
+
+
+def default_compilation_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "dew" / "jax"
+
+
+def configure_compilation_cache(path: str | os.PathLike | None) -> None:
+    """Turn JAX's persistent compilation cache on at `path` (every executable cached), or off."""
+    if path is None:
+        jax.config.update("jax_enable_compilation_cache", False)
+        return
+    path = str(Path(path).expanduser())
+    if jax.config.jax_compilation_cache_dir != path:
+        Path(path).mkdir(parents=True, exist_ok=True)
+        jax.config.update("jax_compilation_cache_dir", path)
+        _reset_cache()
+    jax.config.update("jax_enable_compilation_cache", True)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+def _reset_cache() -> None:
+    # JAX opens the cache once per process; a new directory needs it reopened.
+    try:
+        from jax._src import compilation_cache
+
+        compilation_cache.reset_cache()
+    except (ImportError, AttributeError):  # private API; a missing reset only delays the change
+        pass
+
+
+class Trainer:
+    """Builds one architecture with one objective and compiles its train step.
+
+    architecture: a registry name (`dew.models.registry.names()`); config: that
+    architecture's config (default: its `preset`); objective: default the config's own;
+    dtype: compute dtype (params, optimizer state, losses and softmax stay fp32);
+    condition_in_state: the CharTable is a trainable leaf (True) or a constant (False);
+    compilation_cache_dir: JAX's persistent cache ("default": under the XDG cache dir;
+    None: off); attention_impl: "xla", "cudnn" or "auto".
+    """
+
+    def __init__(
+        self,
+        architecture: str,
+        config: PresetConfig | None = None,
+        *,
+        preset: str = "small",
+        objective: str | None = None,
+        dtype: str = "bfloat16",
+        mesh: MeshSpec | None = None,
+        condition_in_state: bool = False,
+        compilation_cache_dir: str | os.PathLike | None = DEFAULT_CACHE,
+        attention_impl: str = "xla",
+        learning_rate: float = LEARNING_RATE,
+        seed: int = 0,
+    ):
+        arch = registry.get(architecture)
+        if dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {dtype!r}; valid: {', '.join(DTYPES)}")
+        if attention_impl not in ATTENTION_IMPLS:
+            raise ValueError(
+                f"unknown attention_impl {attention_impl!r}; valid: {', '.join(ATTENTION_IMPLS)}"
+            )
+        config = arch.config_cls.preset(preset) if config is None else config
+        if not isinstance(config, arch.config_cls):
+            raise TypeError(
+                f"{architecture} needs a {arch.config_cls.__name__}, got {type(config).__name__}"
+            )
+        config = _with_settings(config, dtype=dtype, attention_impl=attention_impl)
+        if compilation_cache_dir == DEFAULT_CACHE:
+            compilation_cache_dir = default_compilation_cache_dir()
+        configure_compilation_cache(compilation_cache_dir)
+
+        self.architecture, self.config, self.seed = architecture, config, seed
+        self.objective = get_objective(objective or type(config).objective)(config)
+        self.mesh_spec = mesh or MeshSpec()
+        self.mesh = self.mesh_spec.build()
+        self.optimizer = optax.adam(learning_rate)
+
+        self._build_model = lambda: arch.module_cls(config, rngs=nnx.Rngs(seed))
+        abstract_model = nnx.eval_shape(self._build_model)
+        self.graphdef, _, rest = nnx.split(abstract_model, nnx.Param, ...)
+        if jax.tree.leaves(rest):
+            raise TypeError(
+                f"{architecture} holds non-parameter state; models may hold only Params"
+            )
+
+        condition = None
+        if self.objective.uses_condition:
+            width = getattr(config, "text_width", 768)
+            condition = CharTable(width, in_state=condition_in_state, seed=seed)
+        self.condition_graphdef, self._condition_params = (
+            nnx.split(condition, nnx.Param) if condition is not None else (None, {})
+        )
+
+        self.abstract_state = jax.eval_shape(self._init_state, self._condition_params)
+        self.state_shardings = state_shardings(
+            self.abstract_state, self.mesh, self.mesh_spec.min_shard_size
+        )
+        self._init = None
+        self.compiled = None
+        self.compile_seconds: float | None = None
+        self._batch_shardings = None
+        self._flops: float | None = None
+        self._last_step_end: float | None = None
+
+    # -- state ---------------------------------------------------------------------------
+
+    def _init_state(self, condition_params) -> TrainState:
+        _, model_params = nnx.split(self._build_model(), nnx.Param)
+        params = {"model": model_params, "condition": condition_params}
+        return TrainState(
+            step=jnp.zeros((), jnp.int32),
+            params=params,
+            opt_state=self.optimizer.init(params),
+            ema=self.objective.init_ema(model_params),
+        )
+
+    def init(self) -> TrainState:
+        """The initial state, built under jit directly into its shardings."""
+        if self._init is None:
+            self._init = jax.jit(self._init_state, out_shardings=self.state_shardings)
+        return self._init(self._condition_params)
+
+    @property
+    def param_counts(self) -> dict[str, int]:
+        """Trainable parameters: the backbone's and the condition encoder's (0 when constant)."""
+        params = self.abstract_state.params
+        return {
+            "backbone": count_params(params["model"]),
+            "condition": count_params(params["condition"]),
+        }
+
+    # -- batches -------------------------------------------------------------------------
+
+    def example_batch(self, batch_size: int) -> dict[str, np.ndarray]:
+        """The objective's host batch (numpy default_rng(0)), built once and reused."""
+        return self.objective.example_batch(batch_size)
+
+    def put_batch(self, batch) -> dict[str, jax.Array]:
+        """Host batch -> device arrays split over data × fsdp."""
+        return jax.device_put(batch, batch_shardings(batch, self.mesh))
+
+    # -- the step ------------------------------------------------------------------------
+
+    def _train_step(self, state: TrainState, batch) -> tuple[TrainState, dict[str, jax.Array]]:
+        rng = jax.random.fold_in(jax.random.key(self.seed), state.step)
+
+        def loss_fn(params):
+            model = nnx.merge(self.graphdef, params["model"])
+            condition = (
+                nnx.merge(self.condition_graphdef, params["condition"])
+                if self.condition_graphdef is not None
+                else None
+            )
+            return self.objective.loss(model, batch, rng, condition=condition, ema=state.ema)
+
+        (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+        updates, opt_state = self.optimizer.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        step = state.step + 1
+        ema = self.objective.update_ema(state.ema, params["model"], step)
+        new_state = TrainState(step=step, params=params, opt_state=opt_state, ema=ema)
+        return new_state, {"train/loss": loss.astype(jnp.float32), **metrics}
+
+    def compile(self, batch):
+        """Lower and compile the step ahead of time for this batch's shapes (state donated)."""
+        self._batch_shardings = batch_shardings(batch, self.mesh)
+        abstract_batch = jax.tree.map(
+            lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+            batch,
+            self._batch_shardings,
+        )
+        abstract_state = jax.tree.map(
+            lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+            self.abstract_state,
+            self.state_shardings,
+        )
+        replicated = NamedSharding(self.mesh, PartitionSpec())
+        step = jax.jit(
+            self._train_step,
+            in_shardings=(self.state_shardings, self._batch_shardings),
+            out_shardings=(self.state_shardings, replicated),
+            donate_argnums=0,
+        )
+        lowered = step.lower(abstract_state, abstract_batch)
+        start = time.perf_counter()
+        self.compiled = lowered.compile()
+        self.compile_seconds = time.perf_counter() - start
+        self._flops = None
+        return self.compiled
+
+    def step(self, state: TrainState, batch) -> tuple[TrainState, dict[str, Any]]:
+        """One compiled step; `state` is donated (its buffers are reused for the result).
+
+        metrics: "train/loss" (a device scalar) and "train/mfu" (from the time since the
+        previous step returned; None for the first step and where the device's peak is unknown).
+        """
+        if self.compiled is None:
+            self.compile(batch)
+        if any(isinstance(leaf, np.ndarray) for leaf in jax.tree.leaves(batch)):
+            batch = jax.device_put(batch, self._batch_shardings)
+        state, metrics = self.compiled(state, batch)
+        now = time.perf_counter()
+        seconds = None if self._last_step_end is None else now - self._last_step_end
+        self._last_step_end = now
+        metrics["train/mfu"] = self.mfu(seconds)
+        return state, metrics
+
+    # -- telemetry -----------------------------------------------------------------------
+
+    @property
+    def flops(self) -> float:
+        """FLOPs of one compiled step per device, from the optimized HLO (dew.telemetry)."""
+        if self.compiled is None:
+            raise RuntimeError("compile the step first: Trainer.compile(batch)")
+        if self._flops is None:
+            from dew.telemetry.instrumentation import compiled_flops
+
+            self._flops = compiled_flops(self.compiled)
+        return self._flops
+
+    @property
+    def device_kind(self) -> str:
+        return self.mesh.devices.flat[0].device_kind
+
+    def mfu(self, step_seconds: float | None) -> float | None:
+        """train/mfu: this step's FLOPs over the time and the device's dense bf16 peak."""
+        if step_seconds is None:
+            return None
+        from dew.telemetry.instrumentation import mfu
+
+        return mfu(self.flops, step_seconds, self.device_kind)
+
+
+def _with_settings(config: PresetConfig, **settings) -> PresetConfig:
+    """Apply the Trainer's dtype / attention_impl to the configs that carry those fields."""
+    fields = type(config).model_fields
+    update = {k: v for k, v in settings.items() if k in fields and getattr(config, k) != v}
+    return type(config)(**{**config.model_dump(), **update}) if update else config
