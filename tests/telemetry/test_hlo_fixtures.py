@@ -53,10 +53,10 @@ def test_cudnn_convolutions_count_the_forward_figure_of_the_convolution_they_des
     strided_forward = conv_flops(16 * 32 * 32 * 64, 3 * 3, 32)
     # Its input gradient and filter gradient count what the forward counts: 3x together.
     layer = 3 * strided_forward
-    # convBiasActivationForward, NCHW, padded 3x3, 16 -> 32 channels on 4 x 32 x 32.
-    fused = conv_flops(4 * 32 * 32 * 32, 3 * 3, 16)
-    # convForwardGraph with feature_group_count=4: 64 input channels, 16 per group.
-    grouped = conv_flops(2 * 16 * 16 * 128, 3 * 3, 64 // 4)
+    # convBiasActivationForward, NCHW, padded 3x3 stride 2, 16 -> 32 channels on 4 x 32 x 32.
+    fused = conv_flops(4 * 32 * 16 * 16, 3 * 3, 16)
+    # convForwardGraph, stride 2, feature_group_count=4: 64 input channels, 16 per group.
+    grouped = conv_flops(2 * 8 * 8 * 128, 3 * 3, 64 // 4)
     assert count.by_kind["cudnn_conv"] == layer + fused + grouped
     assert count.op_counts["cudnn_conv"] == 5
     assert count.total == count.by_kind["cudnn_conv"]
