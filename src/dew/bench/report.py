@@ -155,15 +155,17 @@ def bar_chart(
     title: str,
 ) -> Path:
     """Grouped bars, one group per label, one bar per series (None leaves a gap)."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display: render straight to a file
-    import matplotlib.pyplot as plt
+    # The object API with the Agg canvas: no display needed, and no pyplot, whose import
+    # (backend discovery) costs seconds.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
     path = Path(path)
     n = max(len(series), 1)
     width = 0.8 / n
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(labels) + 2), 4.5))
+    fig = Figure(figsize=(max(6.0, 0.9 * len(labels) + 2), 4.5))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
     for i, (name, values) in enumerate(series.items()):
         xs = [j + (i - (n - 1) / 2) * width for j in range(len(labels))]
         heights = [v if v is not None else 0.0 for v in values]
@@ -187,6 +189,5 @@ def bar_chart(
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp.png")
     fig.savefig(tmp, dpi=120)
-    plt.close(fig)
     tmp.replace(path)
     return path

@@ -1,0 +1,105 @@
+"""compare: the 09-05 rerun against the 09-02 table must read as the seed reads it."""
+
+from pathlib import Path
+
+import pytest
+
+from dew.bench import compare
+from dew.bench.schema import read_run, write_run
+
+PUBLISHED = Path(__file__).resolve().parents[2] / "results" / "published"
+FIRST = PUBLISHED / "2026-09-02-rtx4080-6b0f119-small.json"
+RERUN = PUBLISHED / "2026-09-05-rtx4080-9886c20-rerun.json"
+
+
+@pytest.fixture(scope="module")
+def rerun_vs_first():
+    return compare.compare(read_run(RERUN), read_run(FIRST))
+
+
+def rows_by_label(cmp):
+    return {r.label: r for r in cmp.rows}
+
+
+def test_seed_reading_simple_dit_faster_decoder_seven_percent_slower(rerun_vs_first):
+    rows = rows_by_label(rerun_vs_first)
+    dit = rows["simple_dit"]
+    assert (dit.run.ms_per_step, dit.reference.ms_per_step) == (7.02, 7.9)
+    assert dit.verdict == "faster" and dit.comparable
+    decoder = rows["causal_transformer"]
+    assert decoder.verdict == "slower"
+    assert decoder.change == pytest.approx(0.07, abs=0.005)
+    assert rows["video_dit"].verdict == "reproduced"
+    assert rows["hierarchical_mmdit"].verdict == "reproduced"
+    # Same backbone: the 99,840 extra params are the condition table moved into the state.
+    assert any("+99,840" in note and "condition" in note for note in dit.notes)
+    assert not rerun_vs_first.reproduced
+
+
+def test_commit_and_env_flags_are_listed_as_stack_differences(rerun_vs_first):
+    diffs = {d.what: (d.run, d.reference) for d in rerun_vs_first.stack}
+    assert diffs["commit"] == ("9886c20", "6b0f119")
+    for flag, value in (
+        ("JAX_PLATFORMS", "cuda"),
+        ("XLA_PYTHON_CLIENT_PREALLOCATE", "false"),
+        ("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.8"),
+    ):
+        assert diffs[f"env {flag}"][0] == value
+    # Same stated stack on both sides: not a difference.
+    assert not any(what.startswith(("package", "driver", "device")) for what in diffs)
+
+
+def test_rows_without_partner_and_failed_rows_are_reported(rerun_vs_first):
+    rows = rows_by_label(rerun_vs_first)
+    assert rows["causal_transformer (head_chunks=1)"].verdict == "no reference row"
+    moe = rows["causal_transformer (moe)"]
+    assert moe.verdict.startswith("failed") and not moe.counts
+    assert rows["unet"].run is None and rows["unet"].verdict == "not in this run"
+    assert len(rerun_vs_first.counted) == 4
+
+
+def test_cli_markdown_exit_status_band_and_plot(tmp_path, capsys):
+    png = tmp_path / "chart.png"
+    assert compare.main([str(RERUN), str(FIRST), "--plot", str(png)]) == 1
+    out = capsys.readouterr().out
+    assert "| commit | 9886c20 | 6b0f119 |" in out
+    assert "| simple_dit | 7.02 | 7.90 | 0.889 (-11.1%)" in out
+    assert "causal_transformer slower (+7.0%)" in out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # A band wide enough for the decoder's 7% and simple_dit's 11% reproduces it.
+    assert compare.main([str(RERUN), str(FIRST), "--band", "12", "--format", "text"]) == 0
+    assert "\nREPRODUCED: 4 of 4" in capsys.readouterr().out
+
+
+def test_run_against_itself_reproduces_and_default_reference(tmp_path, capsys):
+    copy = tmp_path / "mine.json"
+    write_run(copy, read_run(FIRST))
+    # The default reference is the published record sharing the most rows: 09-02 itself.
+    assert compare.default_reference(read_run(copy), copy) == FIRST
+    assert compare.main([str(copy)]) == 0
+    assert "\nREPRODUCED: 12 of 12" in capsys.readouterr().out
+
+
+def test_different_model_is_not_comparable(tmp_path):
+    run = read_run(FIRST)
+    changed = run.model_copy(deep=True)
+    changed.rows[0].gflop_per_step = run.rows[0].gflop_per_step * 2
+    changed.rows[0].ms_per_step = run.rows[0].ms_per_step * 3
+    cmp = compare.compare(changed, run)
+    row = cmp.rows[0]
+    assert row.verdict == "different model, not comparable" and not row.counts
+    assert any("GFLOP/step differs" in note for note in row.notes)
+    assert cmp.reproduced  # the other 11 rows are unchanged
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
+    broken = tmp_path / "broken.json"
+    broken.write_text("{}")
+    assert compare.main([str(broken), str(FIRST)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {broken}: $.") and err.count("\n") == 1
+    assert compare.main([str(RERUN), str(FIRST), "--band", "-1"]) == 2
+    assert "--band -1" in capsys.readouterr().err
+    loader = PUBLISHED / "oxford-flowers-loader.json"
+    assert compare.main([str(RERUN), str(loader)]) == 2
+    assert "cannot compare a step run with a data record" in capsys.readouterr().err

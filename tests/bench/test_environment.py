@@ -1,0 +1,90 @@
+"""Environment capture: an allowlist of variables, the commit from git or a build label."""
+
+import importlib.metadata
+import json
+import subprocess
+from pathlib import Path
+
+import jax
+
+from dew.bench import environment
+from dew.bench.schema import SCHEMA_VERSION, BenchmarkRun, read_run, write_run
+
+REPO = Path(__file__).resolve().parents[2]
+SECRETS = {
+    "HF_TOKEN": "hf_secretvalue_0123456789",
+    "AWS_SECRET_ACCESS_KEY": "aws/secret+value/ABCDEFGHIJ",
+    # Allowlisted prefixes, yet credentials: Terraform's input variables and a named token.
+    "TF_VAR_db_password": "tf-var-secret-value",
+    "XLA_AUTH_TOKEN": "xla-token-secret-value",
+}
+
+
+def test_record_holds_xla_flags_and_no_secret(monkeypatch, tmp_path):
+    for name, value in SECRETS.items():
+        monkeypatch.setenv(name, value)
+    flags = "--xla_force_host_platform_device_count=8 --xla_dump_to=/tmp/marker_dump"
+    monkeypatch.setenv("XLA_FLAGS", flags)
+    monkeypatch.setenv("NCCL_DEBUG", "WARN")
+    env = environment.capture()
+    assert env.env_flags["XLA_FLAGS"] == flags and env.env_flags["NCCL_DEBUG"] == "WARN"
+    run = BenchmarkRun(
+        schema_version=SCHEMA_VERSION,
+        kind="step",
+        created="2026-11-29T12:00:00Z",
+        command="test",
+        settings={},
+        environment=env,
+        idle_check=None,
+        rows=[],
+    )
+    path = tmp_path / "run.json"
+    write_run(path, run)
+    text = path.read_text()
+    assert flags in text
+    for name, value in SECRETS.items():
+        assert value not in text, name
+    assert read_run(path).environment == env
+
+
+def test_env_flags_is_an_allowlist():
+    environ = {
+        "JAX_PLATFORMS": "cpu",
+        "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.8",
+        "CUDA_VISIBLE_DEVICES": "0",
+        "TF_CPP_MIN_LOG_LEVEL": "1",
+        "NCCL_SOCKET_IFNAME": "lo",
+        "HOME": "/root",
+        "MY_XLA_FLAGS": "not ours",
+        "GITHUB_TOKEN": "x",
+        "CUDA_API_KEY": "x",
+    }
+    assert sorted(environment.env_flags(environ)) == [
+        "CUDA_VISIBLE_DEVICES",
+        "JAX_PLATFORMS",
+        "NCCL_SOCKET_IFNAME",
+        "TF_CPP_MIN_LOG_LEVEL",
+        "XLA_PYTHON_CLIENT_MEM_FRACTION",
+    ]
+
+
+def test_capture_describes_this_process():
+    env = environment.capture(devices=jax.devices())
+    assert env.devices.platform == "cpu" and env.devices.count == len(jax.devices())
+    assert env.packages["jax"] == jax.__version__
+    assert env.packages["pydantic"] == importlib.metadata.version("pydantic")
+    assert env.host.logical_cores >= 1 and env.host.memory_gib > 0
+    assert env.jax_config["jax_enable_x64"] is False
+    head = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    assert env.code.source == "git" and env.code.commit == head
+    assert isinstance(env.code.dirty, bool)
+    json.loads(env.model_dump_json())  # serialisable as it stands
+
+
+def test_commit_from_a_build_label_without_git(tmp_path):
+    env = environment.capture(repo=tmp_path, environ={"DEW_COMMIT": "9886c20", "DEW_DIRTY": "0"})
+    assert (env.code.commit, env.code.dirty, env.code.source) == ("9886c20", False, "label")
+    unknown = environment.capture(repo=tmp_path, environ={})
+    assert unknown.code.commit is None and unknown.code.source is None
