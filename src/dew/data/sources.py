@@ -100,7 +100,12 @@ class PreparedTfdsSource:
             # The default options read ahead for sequential scans; random access wants none.
             reader = ArrayRecordReader(self.shard_paths[shard], "readahead_buffer_size:0")
             self._readers[shard] = reader
-        serialized = reader.read([index - self.shard_starts[shard]])[0]
+        try:
+            serialized = reader.read([index - self.shard_starts[shard]])[0]
+        except RuntimeError as e:
+            raise DataError(
+                f"record {index}: cannot read it from {self.shard_paths[shard]} ({_first_line(e)})"
+            ) from e
         return parse_record(serialized, index)
 
     def __getstate__(self):
@@ -115,14 +120,12 @@ def _check_shard(shard: Path, expected: int) -> None:
         raise DataError(f"missing shard {shard} (listed in dataset_info.json)")
     try:
         reader = ArrayRecordReader(str(shard))
+        found = reader.num_records()
+        reader.close()  # close reads the file's footer too, and fails on a cut one
     except RuntimeError as e:
         raise DataError(
             f"shard {shard} is truncated or not an ArrayRecord file ({_first_line(e)})"
         ) from e
-    try:
-        found = reader.num_records()
-    finally:
-        reader.close()
     if found != expected:
         raise DataError(
             f"shard {shard} has {found} records, dataset_info.json says {expected} "

@@ -57,3 +57,13 @@ class SyntheticSource:
 
     def __repr__(self) -> str:
         return f"SyntheticSource(num_records={self.num_records}, seed={self.seed})"
+
+
+def prepare_synthetic(
+    num_records: int, out, *, seed: int = 0, sides: tuple[int, int] = SIDES, **write_options
+):
+    """A TFDS-layout directory (split "train") of `num_records` synthetic records."""
+    from dew.data.sources import write_prepared
+
+    records = [synthetic_record(seed, i, sides) for i in range(num_records)]
+    return write_prepared(out, "synthetic_images", {"train": records}, CLASS_NAMES, **write_options)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 
 import numpy as np
-from PIL import Image
+from PIL import Image, UnidentifiedImageError
 
 from dew.data.sources import DataError
 from dew.data.tokenize import tokenize
@@ -86,8 +86,9 @@ class ImageTextTransform:
             image = decode_square(record["image"], self.image_size)
         except Exception as e:
             name = f" ({record['file_name']})" if record.get("file_name") else ""
+            why = "not an image file" if isinstance(e, UnidentifiedImageError) else str(e)
             raise DataError(
-                f"record {record['index']}{name}: cannot decode its JPEG: {e}".splitlines()[0]
+                f"record {record['index']}{name}: cannot decode its JPEG: {why}".splitlines()[0]
             ) from e
         if self.augmentation:
             image = flip_and_jitter(image, rng)

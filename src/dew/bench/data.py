@@ -1,0 +1,211 @@
+"""The loader benchmark: how fast a dataset spec's grain pipeline delivers batches, and
+whether that keeps up with the step benchmark's models.
+
+Timing: the first batch is timed from the start (source checks, worker start-up included)
+as first_batch_s; `warmup` batches (the first among them) are not otherwise timed; then
+`steps` batches are, each as the time since the previous one. samples/s is
+steps x batch / the window; p50 and p95 are of the per-batch times. With workers the p50 is
+often a queue read: the loader then shows in the p95.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shlex
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
+import numpy as np
+import tyro
+
+from dew.bench.schema import BenchmarkRun, DataRow, Settings, StepRow, read_run, write_run
+from dew.data.pipeline import make_source, open_batches
+from dew.data.spec import DatasetSpec, OxfordFlowers, SyntheticImages
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def measure_loader(
+    spec: DatasetSpec, batch: int, steps: int, warmup: int, *, notify=_say
+) -> DataRow:
+    """One DataRow for `spec` (its Loading capped to this machine, with a notice)."""
+    if batch < 1 or steps < 1 or warmup < 0:
+        raise ValueError(
+            f"need batch >= 1, steps >= 1, warmup >= 0; got batch={batch} steps={steps} "
+            f"warmup={warmup}"
+        )
+    spec.check()
+    start = time.perf_counter()
+    source = make_source(spec)
+    loading, notices = spec.loading.capped_to_machine()
+    for notice in notices:
+        notify(notice)
+    spec = spec.model_copy(update={"loading": loading})
+    with open_batches(spec, batch, source=source) as batches:
+        next(batches)
+        first_batch_s = time.perf_counter() - start
+        for _ in range(warmup - 1):
+            next(batches)
+        intervals = np.empty(steps)
+        last = time.perf_counter()
+        for i in range(steps):
+            next(batches)
+            now = time.perf_counter()
+            intervals[i] = now - last
+            last = now
+    return DataRow(
+        status="ok",
+        dataset=spec.name,
+        batch=batch,
+        image_size=spec.image_size,
+        workers=loading.workers,
+        threads=loading.threads,
+        steps=steps,
+        warmup=warmup,
+        samples_per_s=steps * batch / float(intervals.sum()),
+        p50_ms=float(np.percentile(intervals, 50) * 1e3),
+        p95_ms=float(np.percentile(intervals, 95) * 1e3),
+        first_batch_s=first_batch_s,
+    )
+
+
+def _spatial(sample: str | None) -> tuple[int, int] | None:
+    """(height, width) of a step row's sample, "64x64x3" or "16x64x64x3" (frames first)."""
+    if not sample or not re.fullmatch(r"\d+(x\d+)+", sample):
+        return None
+    dims = [int(d) for d in sample.split("x")]
+    return (dims[-3], dims[-2]) if len(dims) >= 3 else None
+
+
+def keep_up_verdicts(row: DataRow, step_run: BenchmarkRun) -> list[str]:
+    """One line per step row: does the loader deliver the samples/s this model consumes?
+
+    Compared only at the loader's image size; a video sample (frames first) counts as one
+    sample, as the step table counts it.
+    """
+    lines = []
+    for step in step_run.rows:
+        if not isinstance(step, StepRow):
+            continue
+        name = f"{step.architecture:<24} {step.sample or '?':>14}"
+        if step.status != "ok" or not step.samples_per_s:
+            lines.append(f"{name}  no samples/s in the step results ({step.status})")
+            continue
+        if _spatial(step.sample) != (row.image_size, row.image_size):
+            lines.append(
+                f"{name}  not compared: the loader ran at {row.image_size} px "
+                f"(rerun with --data.image-size to match)"
+            )
+            continue
+        ratio = row.samples_per_s / step.samples_per_s
+        verdict = "keeps up" if ratio >= 1 else "starves the model"
+        lines.append(
+            f"{name}  step {step.samples_per_s:9.1f} samples/s  loader {row.samples_per_s:9.1f}"
+            f" samples/s  {verdict} ({ratio:.2f}x)"
+        )
+    return lines
+
+
+DatasetChoice = (
+    Annotated[OxfordFlowers, tyro.conf.subcommand(OxfordFlowers.name)]
+    | Annotated[SyntheticImages, tyro.conf.subcommand(SyntheticImages.name)]
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Args:
+    """Time a dataset's input pipeline on its own (no model)."""
+
+    data: DatasetChoice
+    batch: int = 8
+    steps: int = 100
+    """timed batches."""
+    warmup: int = 5
+    """batches read before timing (the first is timed apart as first_batch_s)."""
+    json_out: Path | None = None
+    """write the run (schema BenchmarkRun, kind data) here, atomically."""
+    against: Path | None = None
+    """a step-benchmark results file: print per architecture whether the loader keeps up."""
+
+
+def parse_args(argv: list[str] | None = None) -> Args:
+    return tyro.cli(
+        Args,
+        args=argv,
+        prog="benchmark_data.py",
+        config=(tyro.conf.CascadeSubcommandArgs,),
+    )
+
+
+def _load_average() -> str:
+    try:
+        one, five, fifteen = os.getloadavg()
+    except OSError:
+        return "load average unavailable"
+    return f"load average at start {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} CPUs"
+
+
+def run(args: Args, argv: list[str]) -> int:
+    step_run = None
+    if args.against is not None:
+        try:
+            step_run = read_run(args.against)
+        except FileNotFoundError:
+            _say(f"error: --against {args.against}: no such file")
+            return 2
+        except ValueError as e:  # bad JSON or a schema violation (pydantic's is a ValueError)
+            first = str(e).strip().splitlines()
+            _say(f"error: --against {args.against} is not a valid results file: {first[-1]}")
+            return 2
+        if step_run.kind != "step":
+            _say(f"error: --against {args.against} is a {step_run.kind!r} run; need a step run")
+            return 2
+
+    load = _load_average()
+    try:
+        row = measure_loader(args.data, args.batch, args.steps, args.warmup)
+    except ValueError as e:  # DataError included: one line naming the file or record
+        _say(f"error: {str(e).strip().splitlines()[0]}")
+        return 2
+    print(
+        f"{row.dataset} batch {row.batch} at {row.image_size} px, workers {row.workers}, "
+        f"threads {row.threads}: {row.samples_per_s:.1f} samples/s, p50 {row.p50_ms:.2f} ms, "
+        f"p95 {row.p95_ms:.2f} ms, first batch {row.first_batch_s:.2f} s ({load})"
+    )
+    if args.json_out is not None:
+        from dew.bench.environment import capture
+
+        record = BenchmarkRun(
+            schema_version=1,
+            kind="data",
+            created=datetime.now(UTC),
+            command=shlex.join(["tools/benchmark_data.py", *argv]),
+            settings=Settings(
+                steps=args.steps,
+                warmup=args.warmup,
+                loader=args.data.model_dump(mode="json") | {"name": args.data.name},
+            ),
+            environment=capture(),
+            idle_check=None,
+            rows=[row],
+            note=load,
+        )
+        write_run(args.json_out, record)
+        print(f"wrote {args.json_out}")
+    if step_run is not None:
+        print(f"does the loader keep up? (against {args.against})")
+        for line in keep_up_verdicts(row, step_run):
+            print("  " + line)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    return run(parse_args(argv), argv)
