@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import datetime
 import filecmp
+import hashlib
 import importlib.util
+import json
 import os
 import pathlib
 import re
@@ -218,7 +220,9 @@ class Runner:
             return str(host_path)
         return containers.to_image_path(host_path)
 
-    def python(self, *args: str, env=None, stdout_to: pathlib.Path | None = None) -> None:
+    def python(
+        self, *args: str, env=None, stdout_to: pathlib.Path | None = None, success_codes=(0,)
+    ) -> None:
         env = dict(env or {})
         if self.engine is None:
             argv, run_env = ["python", *args], env
@@ -228,14 +232,13 @@ class Runner:
                 mounts=self.mounts,
             )  # fmt: skip
             run_env = None
+        kwargs = dict(env=run_env, external=True, success_codes=list(success_codes))
         if stdout_to is None:
-            self.session.run(*argv, env=run_env, external=True)
+            self.session.run(*argv, **kwargs)
             return
         # The tool's table goes to stdout, progress to stderr: keep the table, show both.
         with tempfile.TemporaryFile("w+") as captured:
-            self.session.run(
-                *argv, env=run_env, external=True, stdout=captured, stderr=sys.stderr
-            )  # fmt: skip
+            self.session.run(*argv, stdout=captured, stderr=sys.stderr, **kwargs)
             captured.seek(0)
             table = captured.read()
         write_atomically(stdout_to, table)
@@ -344,30 +347,63 @@ def bench_gpu(session: nox.Session) -> None:
     image = build_image(session, engine, variant, base)
     mounts = [(pathlib.Path(data_path), "/data", "ro")] if data_path else []
     runner = Runner(session, engine, image, gpu=True, mounts=mounts)
-    # Visible through the engine: the container toolkit or CDI spec is set up.
-    runner.python("-c", "import jax; print(jax.devices('gpu'))", env={"JAX_PLATFORMS": "cuda"})
+    gpu_visible_in_image(session, engine, image)
     run_dir = new_run_dir("small", gpu_name)
     step_benchmark(
         runner, run_dir, "small", ["--idle-check", "error", *args], {"JAX_PLATFORMS": "cuda"}
     )
     if data_path:
         loader_benchmark(runner, run_dir, "/data", against=run_dir / "step.json")
-    runner.python("-m", "dew.bench.compare", runner.path(run_dir / "step.json"))
+    compare_with_published(runner, run_dir)
+
+
+def gpu_visible_in_image(session: nox.Session, engine, image) -> None:
+    """The GPU through the engine: the NVIDIA Container Toolkit (docker) or CDI spec (podman)."""
+    probe = "import jax; print(len(jax.devices('gpu')))"
+    argv = containers.run_argv(
+        engine, image, ["python", "-c", probe], env={"JAX_PLATFORMS": "cuda"}, gpu=True
+    )
+    result = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        fix = (
+            "install the NVIDIA Container Toolkit"
+            if engine.name == "docker"
+            else "generate the CDI spec: nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml"
+        )
+        session.error(f"the GPU is not visible inside {engine.name} ({last}): {fix}")
+
+
+def compare_with_published(runner: Runner, run_dir: pathlib.Path, reference=None) -> None:
+    """The run against the matching published record (or `reference`): table and chart.
+    Rows outside the noise band are a finding, not a failure of the session."""
+    step_json = run_dir / "step.json"
+    refs = [runner.path(reference)] if reference else []
+    runner.python(
+        "-m", "dew.bench.compare", runner.path(step_json), *refs,
+        "--plot", runner.path(run_dir / "compare.png"),
+        stdout_to=run_dir / "compare.md", success_codes=(0, 1),
+    )  # fmt: skip
 
 
 def loader_benchmark(runner: Runner, run_dir, data_path: str, against=None, args=()) -> None:
-    """tools/benchmark_data.py with the seed's settings, at 0 and 8 workers."""
+    """tools/benchmark_data.py with the seed's settings: at 0 and 8 workers (the published
+    table's two rows) unless the workers are given."""
     if not (ROOT / "tools" / "benchmark_data.py").exists():
         runner.session.error("tools/benchmark_data.py is missing from this checkout")
-    data_json = run_dir / "data.json"
     extra = ["--against", runner.path(against)] if against and against.exists() else []
-    runner.python(
-        "tools/benchmark_data.py", "data:oxford-flowers", "--batch", "8",
-        "--data.image-size", "64", "--steps", "100", "--warmup", "5",
-        "--data.path", data_path, "--json-out", runner.path(data_json), *extra, *args,
-        env={"JAX_PLATFORMS": "cpu"}, stdout_to=run_dir / "data-table.md",
-    )  # fmt: skip
-    runner.python("-m", "dew.bench.validate", runner.path(data_json))
+    given = any(arg.startswith("--data.loading.workers") for arg in args)
+    for workers in [None] if given else [0, 8]:
+        name = "data" if workers is None else f"data-workers-{workers}"
+        chosen = [] if workers is None else ["--data.loading.workers", str(workers)]
+        data_json = run_dir / f"{name}.json"
+        runner.python(
+            "tools/benchmark_data.py", "data:oxford-flowers", "--batch", "8",
+            "--data.image-size", "64", "--steps", "100", "--warmup", "5",
+            "--data.path", data_path, "--json-out", runner.path(data_json), *chosen, *extra,
+            *args, env={"JAX_PLATFORMS": "cpu"}, stdout_to=run_dir / f"{name}.md",
+        )  # fmt: skip
+        runner.python("-m", "dew.bench.validate", runner.path(data_json))
 
 
 @nox.session(name="bench-data", python=PYTHON)
@@ -396,3 +432,98 @@ def bench_data(session: nox.Session) -> None:
         image = build_image(session, engine, "cpu", base)
         runner, inside = Runner(session, engine, image, mounts=mounts), "/data"
     loader_benchmark(runner, new_run_dir("data", "cpu"), inside, args=args)
+
+
+@nox.session(python=PYTHON)
+def reproduce(session: nox.Session) -> None:
+    """Rerun a record's cases on its stack where possible, then compare: `-- RECORD.json`.
+
+    Says first which parts of the record's stack this host cannot match.
+    """
+    if len(session.posargs) != 1 or not pathlib.Path(session.posargs[0]).is_file():
+        session.error(f"reproduce takes one step record (a JSON file), got: {session.posargs}")
+    record_path = pathlib.Path(session.posargs[0]).resolve()
+    try:
+        record = json.loads(record_path.read_text())
+        settings, environment = record["settings"], record["environment"]
+    except (ValueError, KeyError, TypeError) as error:
+        session.error(f"{record_path} is not a results record: {error}")
+    if record.get("kind") != "step":
+        session.error(f"{record_path} is a {record.get('kind')!r} record; reproduce takes 'step'")
+    devices = environment.get("devices") or {}
+    container = environment.get("container") or {}
+    on_gpu = devices.get("platform") == "gpu"
+    variant = container.get("variant") or ("cuda13" if on_gpu else "cpu")
+    unmatched = stack_differences(environment, variant)
+    for line in unmatched:
+        session.log(f"not matched: {line}")
+    env = dict(environment.get("env_flags") or {})
+    steps, warmup = settings.get("steps") or 100, settings.get("warmup") or 2
+    args = ["--steps", str(steps), "--warmup", str(warmup)]
+    if settings.get("cases"):
+        args += ["--cases", json.dumps(settings["cases"])]
+    elif settings.get("architectures"):
+        args += ["--architectures", *settings["architectures"]]
+    base = container.get("base_image_digest")
+    if on_gpu:
+        engine, gpu_name = gpu_preflight(session, variant)
+        image = build_image(session, engine, variant, resolve_base(session, engine, base))
+        gpu_visible_in_image(session, engine, image)
+        runner, device = Runner(session, engine, image, gpu=True), gpu_name
+        args += ["--idle-check", "error"]
+    else:
+        engine = choose_engine(session)
+        base = resolve_base(session, engine, base) if engine else None
+        if engine is None or base is None:
+            session.log("no container engine or base: running in a nox venv from locks/cpu.txt")
+            install_locked(session)
+            runner = Runner(session)
+        else:
+            runner = Runner(session, engine, build_image(session, engine, variant, base))
+        device, args = "cpu", [*args, "--idle-check", "warn"]
+    run_dir = new_run_dir(f"reproduce-{settings.get('preset') or 'cases'}", device)
+    if unmatched:
+        write_atomically(run_dir / "not-matched.txt", "\n".join(unmatched) + "\n")
+    step_benchmark(runner, run_dir, settings.get("preset") or "small", args, env)
+    reference = run_dir / "reference.json"  # inside results/, so the container sees it
+    shutil.copyfile(record_path, reference)
+    compare_with_published(runner, run_dir, reference=reference)
+
+
+def stack_differences(environment: dict, variant: str) -> list[str]:
+    """What of the record's stack this host will not reproduce, one line each."""
+    lines = []
+    container = environment.get("container") or {}
+    lock = LOCKS / f"{variant}.txt"
+    here_lock = hashlib.sha256(lock.read_bytes()).hexdigest() if lock.exists() else None
+    if not container.get("lock_sha256"):
+        lines.append(f"the record names no lock hash; using locks/{variant}.txt as it is")
+    elif container["lock_sha256"] != here_lock:
+        lines.append(
+            f"lock: the record's {container['lock_sha256'][:12]} is not locks/{variant}.txt "
+            f"({(here_lock or 'missing')[:12]}); check out the record's commit for its lock"
+        )
+    if not container.get("base_image_digest"):
+        lines.append("the record names no base image digest; using the default base")
+    commit = ((environment.get("code") or {}).get("commit") or "").strip()
+    head, dirty = containers.git_commit()
+    if not commit:
+        lines.append("the record names no dew commit")
+    elif not head or not head.startswith(commit[:7]) or dirty:
+        here = f"{(head or 'unknown')[:7]}{' (dirty)' if dirty else ''}"
+        lines.append(f"dew: the record ran {commit[:7]}, this checkout is {here}")
+    devices = environment.get("devices") or {}
+    if devices.get("platform") == "gpu":
+        query = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, check=False,
+        ) if shutil.which("nvidia-smi") else None  # fmt: skip
+        here_gpu = query.stdout.strip().splitlines()[0] if query and query.stdout.strip() else ""
+        name, _, driver = (part.strip() for part in here_gpu.partition(","))
+        if devices.get("kind") and devices["kind"].lower() not in name.lower():
+            lines.append(f"GPU: the record ran on {devices['kind']}, here {name or 'none'}")
+        if environment.get("driver_version") and environment["driver_version"] != driver:
+            lines.append(
+                f"driver: the record's {environment['driver_version']}, here {driver or 'none'}"
+            )
+    return lines
