@@ -70,10 +70,11 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
-    """ruff over the package, tools, tests and this file."""
+    """ruff over the package, tools, tests and this file; hadolint over the Dockerfile."""
     install_locked(session)
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    session.run("hadolint", "docker/Dockerfile")
 
 
 @nox.session(python=PYTHON)
