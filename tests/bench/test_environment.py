@@ -86,5 +86,6 @@ def test_capture_describes_this_process():
 def test_commit_from_a_build_label_without_git(tmp_path):
     env = environment.capture(repo=tmp_path, environ={"DEW_COMMIT": "9886c20", "DEW_DIRTY": "0"})
     assert (env.code.commit, env.code.dirty, env.code.source) == ("9886c20", False, "label")
-    unknown = environment.capture(repo=tmp_path, environ={})
+    # docker/Dockerfile's default for a build that was not given the commit.
+    unknown = environment.capture(repo=tmp_path, environ={"DEW_COMMIT": "unknown"})
     assert unknown.code.commit is None and unknown.code.source is None

@@ -28,6 +28,7 @@ def burner():
     yield proc
     proc.kill()
     proc.wait()
+    proc.stdout.close()
 
 
 @pytest.fixture
@@ -36,6 +37,7 @@ def sleeper():
     yield proc
     proc.kill()
     proc.wait()
+    proc.stdout.close()
 
 
 def test_cpu_burner_makes_the_host_busy(burner):

@@ -84,6 +84,13 @@ CONTAINER_VARIABLES = {
 }
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
+# What a build argument holds when the build was not told (docker/Dockerfile's default).
+UNSET_LABELS = {"", "unknown"}
+
+
+def _label(environ: Mapping[str, str], name: str) -> str | None:
+    value = environ.get(name)
+    return None if value is None or value.strip().lower() in UNSET_LABELS else value
 
 
 def capture(
@@ -317,7 +324,7 @@ def _container(environ: Mapping[str, str]) -> Container | None:
         engine, info = environ["container"], {}
     else:
         return None
-    labels = {field: environ.get(var) or None for field, var in CONTAINER_VARIABLES.items()}
+    labels = {field: _label(environ, var) for field, var in CONTAINER_VARIABLES.items()}
     if not labels["image_id"]:
         labels["image_id"] = info.get("imageid") or info.get("image")
     return Container(engine=engine, **labels)
@@ -341,8 +348,8 @@ def _code(repo: Path, environ: Mapping[str, str]) -> Code:
         status = _git(repo, "status", "--porcelain", "--untracked-files=no")
         return Code(commit=commit, dirty=bool(status), source="git")
     for var in COMMIT_VARIABLES:
-        if environ.get(var):
-            dirty = environ.get(DIRTY_VARIABLE)
+        if _label(environ, var):
+            dirty = _label(environ, DIRTY_VARIABLE)
             return Code(
                 commit=environ[var],
                 dirty=None if dirty is None else dirty.lower() in ("1", "true", "yes"),
