@@ -6,6 +6,10 @@ as first_batch_s; `warmup` batches (the first among them) are not otherwise time
 `steps` batches are, each as the time since the previous one. samples/s is
 steps x batch / the window; p50 and p95 are of the per-batch times. With workers the p50 is
 often a queue read: the loader then shows in the p95.
+
+A record that cannot be read or decoded stops the run with its index (exit status 2, one
+line on stderr), rather than being skipped: a figure over silently dropped records would
+time less work than it claims.
 """
 
 from __future__ import annotations

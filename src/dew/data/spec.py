@@ -25,7 +25,8 @@ class Loading(Config):
     threads: int = 64
     """read threads per process (ReadOptions.num_threads); 0 reads synchronously."""
     read_buffer: int = 500
-    """elements each process reads ahead (ReadOptions.prefetch_buffer_size)."""
+    """batches each process reads ahead (ReadOptions.prefetch_buffer_size; the pipeline
+    batches before it, so its elements are batches); keep it >= threads."""
     worker_buffer: int = 1
     """batches each worker keeps ready (MultiprocessingOptions.per_worker_buffer_size)."""
 
