@@ -4,12 +4,15 @@ Both loops drive the same compiled executable in the same process, on the same s
 and batch: the tool's measurement (dew.bench.step.measure: the Trainer's `step`, the
 dispatch window, one block at the end) and the tightest loop that can be written
 (`compiled(state, batch)` back to back, one block at the end). They alternate for a
-number of rounds so that a slow spell of the host hits both; the medians are compared.
+number of rounds so that a slow spell of the host hits both. The verdict compares the
+fastest round of each (as `timeit` does): on a shared host other processes only ever add
+time, so the fastest round is the one closest to the loop's own cost. Medians are printed
+beside it.
 
     JAX_PLATFORMS=cpu python scripts/step_overhead.py [--architecture simple_dit]
-        [--preset cpu-smoke] [--batch 8] [--steps 50] [--rounds 7] [--limit 0.02]
+        [--preset cpu-smoke] [--batch 8] [--steps 20] [--rounds 21] [--limit 0.02]
 
-Exit 0 when the tool's median is within --limit of the bare loop's, 1 otherwise.
+Exit 0 when the tool's fastest round is within --limit of the bare loop's, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -38,8 +41,8 @@ def main() -> int:
     parser.add_argument("--architecture", default="simple_dit")
     parser.add_argument("--preset", default="cpu-smoke", choices=["cpu-smoke", "small"])
     parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=50)
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=21)
     parser.add_argument("--limit", type=float, default=0.02, help="allowed relative overhead")
     args = parser.parse_args()
 
@@ -64,11 +67,14 @@ def main() -> int:
         bare.append(ms)
         print(f"round {round_index + 1}: tool {tool[-1]:.3f} ms, bare {ms:.3f} ms", file=sys.stderr)
 
-    tool_ms, bare_ms = statistics.median(tool), statistics.median(bare)
-    overhead = tool_ms / bare_ms - 1
-    print(f"tool ms/step (median)  {tool_ms:.3f}")
-    print(f"bare ms/step (median)  {bare_ms:.3f}")
-    print(f"overhead               {overhead * 100:+.2f}% (limit {args.limit * 100:.0f}%)")
+    overhead = min(tool) / min(bare) - 1
+    print(f"tool ms/step  fastest {min(tool):.3f}  median {statistics.median(tool):.3f}")
+    print(f"bare ms/step  fastest {min(bare):.3f}  median {statistics.median(bare):.3f}")
+    median_overhead = statistics.median(tool) / statistics.median(bare) - 1
+    print(
+        f"overhead      fastest {overhead * 100:+.2f}%  median {median_overhead * 100:+.2f}%"
+        f"  (limit {args.limit * 100:.0f}% on the fastest)"
+    )
     return 0 if overhead <= args.limit else 1
 
 
