@@ -53,10 +53,14 @@ def test_percentile_matches_numpy():
 # --- presets --------------------------------------------------------------------------------
 
 
-def test_cpu_smoke_covers_every_registry_entry():
-    covered = {case.architecture for case in presets.CPU_SMOKE.cases}
+@pytest.mark.parametrize("preset", [presets.SMALL, presets.CPU_SMOKE], ids=lambda p: p.name)
+def test_presets_cover_every_registry_entry(preset):
+    covered = {case.architecture for case in preset.cases}
     missing = set(registry.names()) - covered - set(presets.NO_STEP_OF_THEIR_OWN)
-    assert not missing, f"registry entries without a cpu-smoke case: {sorted(missing)}"
+    assert not missing, f"registry entries without a {preset.name} case: {sorted(missing)}"
+
+
+def test_cpu_smoke_is_batch_8_on_an_fsdp_8_mesh():
     assert all(case.batch == 8 for case in presets.CPU_SMOKE.cases)
     assert presets.CPU_SMOKE.mesh == {"fsdp": 8, "min_shard_size": 256}
 

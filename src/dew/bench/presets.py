@@ -70,7 +70,6 @@ _SMALL_BATCHES = {
     "multimodal_transformer": 8,
     "diffusion_gemma": 4,
 }
-PUBLISHED_ARCHITECTURES = tuple(list(_SMALL_BATCHES)[:12])
 
 SMALL = Preset(
     name="small",
