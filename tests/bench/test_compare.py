@@ -103,3 +103,14 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
     loader = PUBLISHED / "oxford-flowers-loader.json"
     assert compare.main([str(RERUN), str(loader)]) == 2
     assert "cannot compare a step run with a data record" in capsys.readouterr().err
+
+
+def test_loader_records_compare_on_throughput():
+    loader = read_run(PUBLISHED / "oxford-flowers-loader.json")
+    slower = loader.model_copy(deep=True)
+    slower.rows[1].samples_per_s = loader.rows[1].samples_per_s / 2  # 8 workers: half as fast
+    cmp = compare.compare(slower, loader)
+    verdicts = [r.verdict for r in cmp.rows]
+    assert verdicts == ["reproduced", "slower"]
+    assert cmp.rows[1].change == pytest.approx(1.0)  # twice the time per sample
+    assert not cmp.reproduced

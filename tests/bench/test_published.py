@@ -117,3 +117,28 @@ def test_loader_record_matches_the_seed():
     assert (rows[0].samples_per_s, rows[0].p50_ms, rows[0].p95_ms) == (322.1, 25.1, 32.8)
     assert (rows[8].samples_per_s, rows[8].p50_ms, rows[8].p95_ms) == (505.0, 0.05, 77.1)
     assert all(r.batch == 8 and r.image_size == 64 for r in run.rows)
+
+
+def test_step_table_renders_the_seed_layout():
+    from dew.bench import report
+
+    text = report.step_table(read_run(FIRST).rows, "tsv")
+    header, *lines = text.splitlines()
+    assert header.split("\t") == list(report.STEP_HEADERS)
+    rendered = {line.split("\t")[0]: line.split("\t") for line in lines}
+    for seed_line in SEED_FIRST_TABLE.splitlines():
+        seed = seed_line.split("\t")
+        ours = rendered[seed[0]]
+        assert float(ours[4]) == float(seed[4])  # ms/step: we print two decimals
+        assert ours[:4] + ours[5:] == seed[:4] + seed[5:]
+    md = report.step_table(read_run(RERUN).rows, "md")
+    assert "| causal_transformer (moe) | 512 tokens | 16 | failed: RESOURCE_EXHAUSTED" in md
+    assert "| causal_transformer (head_chunks=8) |" in md
+
+
+def test_data_table_renders_the_loader_rows():
+    from dew.bench import report
+
+    lines = report.data_table(read_run(LOADER).rows, "tsv").splitlines()
+    assert lines[1].split("\t")[3:8] == ["0", "16", "322.1", "25.10 ms", "32.8 ms"]
+    assert lines[2].split("\t")[3:8] == ["8", "16", "505.0", "0.05 ms", "77.1 ms"]

@@ -43,7 +43,7 @@ DATA_HEADERS = (
 
 
 def num(value: float | None, digits: int = 1, suffix: str = "") -> str:
-    return MISSING if value is None else f"{value:,.{digits}f}{suffix}"
+    return MISSING if value is None else f"{value:.{digits}f}{suffix}"  # the seed: no comma
 
 
 def count(value: int | None) -> str:
