@@ -104,13 +104,20 @@ def sample(
     ignored = {os.getpid(), *exclude}
     gpu = _GpuSampler.open()
     try:
+        # Reading every process takes a while on a busy host: time each snapshot at its
+        # midpoint so a process's CPU seconds are divided by the span they were counted in.
+        t0 = time.monotonic()
         before = _cpu_seconds()
         psutil.cpu_percent(interval=None)  # starts the host-wide counter
-        start = time.monotonic()
-        gpu_utils = gpu.sample_during(window_s) if gpu else time.sleep(window_s)
-        elapsed = time.monotonic() - start
+        t1 = time.monotonic()
+        if gpu:
+            gpu_utils = gpu.sample_during(window_s)
+        else:
+            time.sleep(window_s)
         host_cpu = psutil.cpu_percent(interval=None)
+        t2 = time.monotonic()
         after = _cpu_seconds()
+        elapsed = (t2 + time.monotonic()) / 2 - (t0 + t1) / 2
         gpus = gpu.readings(gpu_utils, ignored) if gpu else None
     finally:
         if gpu:
