@@ -26,7 +26,7 @@ def test_small_params_match_published_and_the_formula():
 
 def test_moe_params_follow_from_the_dense_count():
     dense = CausalTransformerConfig.preset("small")
-    moe = CausalTransformerConfig.preset("small-moe")
+    moe = CausalTransformerConfig.preset("small", **CausalTransformerConfig.moe_case)
     sparse_layers = sum(moe.is_sparse(i) for i in range(moe.depth))
     assert sparse_layers == 1
     extra = (moe.experts - 1) * 3 * moe.width * moe.mlp_hidden + moe.width * moe.experts

@@ -5,22 +5,24 @@ import math
 import jax
 import pytest
 
+from dew.models import registry
 from dew.train.mesh import MeshSpec
 from dew.train.trainer import Trainer
 
+# (architecture, MoE case); simple_dit's is in test_trainer.py
 CASES = [
-    ("simple_udit", "cpu-smoke"),
-    ("hybrid_dit", "cpu-smoke"),
-    ("causal_transformer", "cpu-smoke"),
-    ("causal_transformer", "cpu-smoke-moe"),
+    ("simple_udit", False),
+    ("hybrid_dit", False),
+    ("causal_transformer", False),
+    ("causal_transformer", True),
 ]
 
 
-@pytest.mark.parametrize(("architecture", "preset"), CASES)
-def test_cpu_smoke_trains_three_steps_sharded_and_donated(architecture, preset):
-    trainer = Trainer(
-        architecture, preset=preset, mesh=MeshSpec(fsdp=8), compilation_cache_dir=None
-    )
+@pytest.mark.parametrize(("architecture", "moe"), CASES)
+def test_cpu_smoke_trains_three_steps_sharded_and_donated(architecture, moe):
+    config_cls = registry.get(architecture).config_cls
+    config = config_cls.preset("cpu-smoke", **(config_cls.moe_case if moe else {}))
+    trainer = Trainer(architecture, config, mesh=MeshSpec(fsdp=8), compilation_cache_dir=None)
     state = trainer.init()
     batch = trainer.example_batch(8)
     for _ in range(3):

@@ -266,10 +266,12 @@ class Trainer:
 
     def mfu(self, step_seconds: float | None) -> float | None:
         """train/mfu: this step's FLOPs over the time and the device's dense bf16 peak."""
-        if step_seconds is None:
-            return None
         from dew.telemetry.instrumentation import mfu
+        from dew.telemetry.peaks import peak_bf16_flops
 
+        # no peak (a CPU, an unknown device): skip counting the FLOPs for a null anyway
+        if step_seconds is None or peak_bf16_flops(self.device_kind) is None:
+            return None
         return mfu(self.flops, step_seconds, self.device_kind)
 
 
