@@ -115,4 +115,7 @@ def _batches(iterator: Iterator[dict], copy: bool) -> Iterator[dict]:
     # one kept past the pipeline's close would leak its block. A copy (a few hundred KB at
     # 64 px) is the consumer's own.
     for batch in iterator:
-        yield {key: np.array(value) for key, value in batch.items()} if copy else batch
+        if copy:
+            # Rebinding drops the view at once, also when an exception keeps this frame.
+            batch = {key: np.array(value) for key, value in batch.items()}
+        yield batch
