@@ -26,8 +26,8 @@ from dew.models.layers.attention import (
     attention,
     rope_frequencies,
 )
-from dew.models.layers.embeddings import Constant, PatchEmbed, sincos_2d
-from dew.models.layers.mlp import Mlp, gelu_exact
+from dew.models.layers.embeddings import Constant, PatchEmbed, sincos_2d, sinusoidal
+from dew.models.layers.mlp import Mlp, gelu_exact, gelu_tanh
 from dew.models.layers.modulation import AdaLNModulation, modulate
 from dew.models.layers.norms import LayerNorm
 from dew.models.registry import register
@@ -408,10 +408,15 @@ class HierarchicalMMDiT(nnx.Module):
         image = self.patch_embed(x.astype(cfg.dtype))
         mask = jnp.ones(text.shape[:2], bool) if text_mask is None else text_mask
         c0 = self.time_embed(t) + self.text_pool(text, mask)
-        level = lambda s: (self.txt_embed[s](text), self.cond_proj[s](c0))
+        # Each level's caption embedding and conditioning is computed once and shared by its
+        # encoder and decoder stages (one weight gradient each: the published count).
+        levels = [
+            (embed(text), proj(c0))
+            for embed, proj in zip(self.txt_embed, self.cond_proj, strict=True)
+        ]
         skips = []
         for s, stage in enumerate(self.encoder):
-            txt, c = level(s)
+            txt, c = levels[s]
             image = stage(image, txt, mask, c)
             if s < len(self.merges):
                 skips.append(image)
@@ -420,6 +425,125 @@ class HierarchicalMMDiT(nnx.Module):
             self._decoder_levels, self.expands, self.fuses, self.decoder, strict=True
         ):
             image = fuse(expand(image), skips.pop())
-            txt, c = level(s)
+            txt, c = levels[s]
             image = stage(image, txt, mask, c)
-        return unpatchify(self.head(image, self.cond_proj[0](c0)), h, w, cfg.patch)
+        return unpatchify(self.head(image, levels[0][1]), h, w, cfg.patch)
+
+
+# --------------------------------------------------------------------------------------
+# sd3_transformer
+# --------------------------------------------------------------------------------------
+
+
+class SD3Config(PresetConfig):
+    """SD3 MMDiT on 16-channel latents. The caption table is `text_width` wide: the context
+    embedder reads its first `joint_attention_dim` features of every token, the pooled
+    vector is token 0's first `pooled_dim` features."""
+
+    objective: ClassVar[str] = "flow"
+    image_size: int = 32
+    channels: int = 16
+    patch: int = 2
+    width: int = 384
+    depth: int = 6
+    heads: int = 6
+    mlp_ratio: int = 4
+    joint_attention_dim: int = 4096
+    pooled_dim: int = 2048
+    position_grid: int = 16  # the sin-cos table's side; the image's grid is cut from its centre
+    timestep_features: int = 256
+    dtype: Dtype = "bfloat16"
+    attention_impl: AttentionImpl = "xla"
+
+    presets: ClassVar = {
+        "small": {},
+        "cpu-smoke": {
+            "image_size": 8, "width": 16, "depth": 2, "heads": 2, "joint_attention_dim": 16,
+            "pooled_dim": 32, "position_grid": 4,
+        },
+    }  # fmt: skip
+
+    @property
+    def text_width(self) -> int:
+        """Width of the caption table the Trainer builds for this model."""
+        return max(self.joint_attention_dim, self.pooled_dim)
+
+    @pydantic.model_validator(mode="after")
+    def _check_shapes(self):
+        if self.width % self.heads:
+            raise ValueError(f"width {self.width} is not divisible by heads {self.heads}")
+        grid, remainder = divmod(self.image_size, self.patch)
+        if remainder or grid > self.position_grid:
+            raise ValueError(
+                f"image_size {self.image_size} must split into patches of {self.patch} on at "
+                f"most a {self.position_grid}-wide position grid"
+            )
+        return self
+
+
+def centre_crop_positions(table_grid: int, grid: int, features: int) -> Constant:
+    """The centre grid×grid window of a table_grid² sin-cos table, flattened (SD3's
+    `pos_embed_max_size`)."""
+    table = sincos_2d(table_grid, table_grid, features).reshape(table_grid, table_grid, features)
+    top = (table_grid - grid) // 2
+    return Constant(table[top : top + grid, top : top + grid].reshape(grid * grid, features))
+
+
+class TimestepMlp(nnx.Module):
+    """Dense(in→d), SiLU, Dense(d→d): the SD3/Flux embedder of a timestep or pooled vector."""
+
+    def __init__(self, features_in: int, width: int, *, rngs: nnx.Rngs, dtype):
+        self.mlp = Mlp(features_in, width, activation=jax.nn.silu, dtype=dtype, rngs=rngs)
+        # Mlp(in, hidden=width, out=in) would end at `in`; the embedder ends at `width`.
+        self.mlp.down = nnx.Linear(width, width, dtype=dtype, rngs=rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.mlp(x)
+
+
+@register("sd3_transformer", SD3Config)
+class SD3Transformer(nnx.Module):
+    """Conditioning: sinusoid(1000·t) MLP + pooled-caption MLP; context Dense(4096→d); joint
+    blocks with the image first, the last one context-pre-only; (scale, shift) head."""
+
+    def __init__(self, cfg: SD3Config, *, rngs: nnx.Rngs):
+        self.cfg = cfg
+        d, dt = cfg.width, cfg.dtype
+        self.patch_embed = PatchEmbed(cfg.patch, cfg.channels, d, dtype=dt, rngs=rngs)
+        self.positions = centre_crop_positions(cfg.position_grid, cfg.image_size // cfg.patch, d)
+        self.time_embed = TimestepMlp(cfg.timestep_features, d, dtype=dt, rngs=rngs)
+        self.pooled_embed = TimestepMlp(cfg.pooled_dim, d, dtype=dt, rngs=rngs)
+        self.context_embed = nnx.Linear(cfg.joint_attention_dim, d, dtype=dt, rngs=rngs)
+        self.blocks = nnx.List(
+            [
+                JointBlock(
+                    d,
+                    cfg.heads,
+                    d,
+                    mlp_ratio=cfg.mlp_ratio,
+                    activation=gelu_tanh,
+                    eps=1e-6,
+                    first="image",
+                    text_pre_only=i == cfg.depth - 1,
+                    dtype=dt,
+                    attention_impl=cfg.attention_impl,
+                    rngs=rngs,
+                )  # fmt: skip
+                for i in range(cfg.depth)
+            ]
+        )
+        self.head = ModulatedHead(
+            d, d, cfg.patch**2 * cfg.channels, eps=1e-6, scale_first=True, dtype=dt, rngs=rngs
+        )
+
+    def __call__(self, x, t, text, text_mask=None):
+        cfg = self.cfg
+        b, h, w, _ = x.shape
+        dt = jnp.dtype(cfg.dtype)
+        image = self.patch_embed(x.astype(dt)) + self.positions(dt)[None]
+        timestep = sinusoidal(1000.0 * t, cfg.timestep_features, cos_first=True)
+        c = self.time_embed(timestep) + self.pooled_embed(text[:, 0, : cfg.pooled_dim])
+        context = self.context_embed(text[..., : cfg.joint_attention_dim])
+        for block in self.blocks:
+            image, context = block(image, context, c, text_mask=text_mask)
+        return unpatchify(self.head(image, c), h, w, cfg.patch)
