@@ -129,3 +129,16 @@ def test_cpu_smoke_trains_three_steps_sharded_over_8_devices(name):
     assert max(jax.tree.leaves(moved)) > 0
     apart = jax.tree.map(lambda a, b: float(jnp.abs(a - b).max()), ema, encoder)
     assert max(jax.tree.leaves(apart)) > 0
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"heads": 5}, "width 384 is not divisible by heads 5"),
+        ({"predictor": {"width": 190}}, "predictor width 190 is not divisible by heads 6"),
+        ({"image_size": 62}, "image_size 62 is not divisible by patch 4"),
+    ],
+)
+def test_bad_config_is_a_clear_error(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        JepaEncoderConfig.preset("small", **overrides)

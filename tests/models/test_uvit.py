@@ -4,6 +4,7 @@ import jax
 import numpy as np
 import pytest
 
+from dew.models.uvit import UViTConfig
 from dew.train.mesh import MeshSpec
 from dew.train.trainer import Trainer
 
@@ -50,3 +51,16 @@ def test_cpu_smoke_trains_three_steps_sharded_over_8_devices():
         assert jax.tree.leaves(old.params)[0].is_deleted()  # the step donated its input state
     assert np.all(np.isfinite(losses))
     assert int(state.step) == 3
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"heads": 5}, "width 384 is not divisible by heads 5"),
+        ({"image_size": 66}, "image_size 66 is not divisible by patch 4"),
+        ({"image_size": 1024}, "image_size 1024 exceeds position_table_size 512"),
+    ],
+)
+def test_bad_config_is_a_clear_error(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        UViTConfig.preset("small", **overrides)

@@ -17,6 +17,7 @@ from typing import ClassVar, Literal
 
 import jax
 import jax.numpy as jnp
+import pydantic
 from flax import nnx
 
 from dew.config import Config, PresetConfig
@@ -50,7 +51,7 @@ class JepaPredictorConfig(PresetConfig):
     encoder_width: int = 384
     width: int = 192
     depth: int = 3  # layers; a temporal predictor's layer is a spatial and a temporal block
-    num_heads: int = 6
+    heads: int = 6
     mlp_ratio: int = 4
     temporal: bool = False
     dtype: Literal["bfloat16", "float32"] = "bfloat16"
@@ -58,8 +59,14 @@ class JepaPredictorConfig(PresetConfig):
 
     presets: ClassVar[dict] = {
         "small": {},
-        "cpu-smoke": {"grid": 4, "encoder_width": 32, "width": 16, "depth": 1, "num_heads": 2},
+        "cpu-smoke": {"grid": 4, "encoder_width": 32, "width": 16, "depth": 1, "heads": 2},
     }
+
+    @pydantic.model_validator(mode="after")
+    def _check_shapes(self):
+        if self.width % self.heads:
+            raise ValueError(f"predictor width {self.width} is not divisible by heads {self.heads}")
+        return self
 
 
 class JepaEncoderConfig(PresetConfig):
@@ -71,7 +78,7 @@ class JepaEncoderConfig(PresetConfig):
     patch: int = 4
     width: int = 384
     depth: int = 6  # layers; a video encoder's layer is a spatial and a temporal block
-    num_heads: int = 6
+    heads: int = 6
     mlp_ratio: int = 4
     # The predictor's encoder_width, grid and temporal layout follow from this config.
     predictor: JepaPredictorConfig = JepaPredictorConfig()
@@ -86,11 +93,19 @@ class JepaEncoderConfig(PresetConfig):
             "image_size": 16,
             "width": 32,
             "depth": 2,
-            "num_heads": 2,
-            "predictor": {"width": 16, "depth": 1, "num_heads": 2},
+            "heads": 2,
+            "predictor": {"width": 16, "depth": 1, "heads": 2},
             "masking": {"num_targets": 2, "target_tokens": 4, "context_tokens": 8},
         },
     }
+
+    @pydantic.model_validator(mode="after")
+    def _check_shapes(self):
+        if self.width % self.heads:
+            raise ValueError(f"width {self.width} is not divisible by heads {self.heads}")
+        if self.image_size % self.patch:
+            raise ValueError(f"image_size {self.image_size} is not divisible by patch {self.patch}")
+        return self
 
     @property
     def grid(self) -> int:
@@ -111,10 +126,10 @@ class JepaVideoEncoderConfig(JepaEncoderConfig):
 class ViTBlock(nnx.Module):
     """Pre-LN: LN → attention (biases everywhere) → residual, LN → MLP(4d, GELU) → residual."""
 
-    def __init__(self, width: int, num_heads: int, mlp_ratio: int, *, dtype, attention_impl, rngs):
+    def __init__(self, width: int, heads: int, mlp_ratio: int, *, dtype, attention_impl, rngs):
         self.attention_norm = LayerNorm(width, eps=LAYER_NORM_EPS, rngs=rngs)
         self.attention = Attention(
-            width, num_heads, dtype=dtype, attention_impl=attention_impl, rngs=rngs
+            width, heads, dtype=dtype, attention_impl=attention_impl, rngs=rngs
         )
         self.mlp_norm = LayerNorm(width, eps=LAYER_NORM_EPS, rngs=rngs)
         self.mlp = Mlp(width, mlp_ratio * width, activation=gelu_exact, dtype=dtype, rngs=rngs)
@@ -128,13 +143,11 @@ class FactorizedBlocks(nnx.Module):
     """`depth` layers over tokens [B, T, N, d]: a spatial block, then (if temporal) a
     temporal block with RoPE (theta 1e4) on the frame index."""
 
-    def __init__(
-        self, width, num_heads, mlp_ratio, depth, temporal, *, dtype, attention_impl, rngs
-    ):
+    def __init__(self, width, heads, mlp_ratio, depth, temporal, *, dtype, attention_impl, rngs):
         block = lambda: ViTBlock(
-            width, num_heads, mlp_ratio, dtype=dtype, attention_impl=attention_impl, rngs=rngs
+            width, heads, mlp_ratio, dtype=dtype, attention_impl=attention_impl, rngs=rngs
         )
-        self.head_dim = width // num_heads
+        self.head_dim = width // heads
         self.spatial = nnx.List([block() for _ in range(depth)])
         self.temporal = nnx.List([block() for _ in range(depth)]) if temporal else None
 
@@ -161,16 +174,12 @@ class JepaContextEncoder(nnx.Module):
 
     def __init__(self, config: JepaEncoderConfig, *, rngs: nnx.Rngs):
         dtype = jnp.dtype(config.dtype)
-        if config.image_size % config.patch:
-            raise ValueError(
-                f"image_size {config.image_size} is not a multiple of patch {config.patch}"
-            )
         self.patch_embed = PatchEmbed(
             config.patch, config.channels, config.width, dtype=dtype, rngs=rngs
         )
         self.positions = Constant(sincos_2d(config.grid, config.grid, config.width))
         self.blocks = FactorizedBlocks(
-            config.width, config.num_heads, config.mlp_ratio, config.depth,
+            config.width, config.heads, config.mlp_ratio, config.depth,
             temporal=config.frames is not None, dtype=dtype,
             attention_impl=config.attention_impl, rngs=rngs,
         )  # fmt: skip
@@ -204,7 +213,7 @@ class JepaPredictor(nnx.Module):
         )
         self.positions = Constant(sincos_2d(config.grid, config.grid, config.width))
         self.blocks = FactorizedBlocks(
-            config.width, config.num_heads, config.mlp_ratio, config.depth,
+            config.width, config.heads, config.mlp_ratio, config.depth,
             temporal=config.temporal, dtype=dtype,
             attention_impl=config.attention_impl, rngs=rngs,
         )  # fmt: skip

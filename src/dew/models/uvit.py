@@ -12,6 +12,7 @@ from typing import ClassVar, Literal
 
 import jax
 import jax.numpy as jnp
+import pydantic
 from flax import nnx
 
 from dew.config import PresetConfig
@@ -30,9 +31,9 @@ class UViTConfig(PresetConfig):
     patch: int = 4
     width: int = 384
     side_depth: int = 3  # blocks in each of the in and out halves (plus one middle block)
-    num_heads: int = 6
+    heads: int = 6
     ff_ratio: int = 4  # GEGLU hidden width; its input projection is 2 · ff_ratio · d wide
-    text_features: int = 768
+    text_width: int = 768
     # The learned position table is sized for this resolution; smaller images use its
     # top-left corner (the published count includes the whole table).
     position_table_size: int = 512
@@ -45,11 +46,27 @@ class UViTConfig(PresetConfig):
             "image_size": 16,
             "width": 32,
             "side_depth": 1,
-            "num_heads": 2,
+            "heads": 2,
             "ff_ratio": 2,
             "position_table_size": 32,
         },
     }
+
+    @pydantic.model_validator(mode="after")
+    def _check_shapes(self):
+        if self.width % self.heads:
+            raise ValueError(f"width {self.width} is not divisible by heads {self.heads}")
+        for name in ("image_size", "position_table_size"):
+            if getattr(self, name) % self.patch:
+                raise ValueError(
+                    f"{name} {getattr(self, name)} is not divisible by patch {self.patch}"
+                )
+        if self.image_size > self.position_table_size:
+            raise ValueError(
+                f"image_size {self.image_size} exceeds position_table_size "
+                f"{self.position_table_size}: the position table has no rows for it"
+            )
+        return self
 
 
 class UViTBlock(nnx.Module):
@@ -59,7 +76,7 @@ class UViTBlock(nnx.Module):
         d, dtype = config.width, jnp.dtype(config.dtype)
         self.attention_norm = RMSNorm(d, rngs=rngs)
         self.attention = Attention(
-            d, config.num_heads, qkv_bias=False, dtype=dtype,
+            d, config.heads, qkv_bias=False, dtype=dtype,
             attention_impl=config.attention_impl, rngs=rngs,
         )  # fmt: skip
         self.ff_norm = RMSNorm(d, rngs=rngs)
@@ -74,16 +91,6 @@ class UViTBlock(nnx.Module):
 class UViT(nnx.Module):
     def __init__(self, config: UViTConfig, *, rngs: nnx.Rngs):
         d, p, dtype = config.width, config.patch, jnp.dtype(config.dtype)
-        if config.image_size % p or config.position_table_size % p:
-            raise ValueError(
-                f"image_size {config.image_size} and position_table_size "
-                f"{config.position_table_size} must be multiples of patch {p}"
-            )
-        if config.image_size > config.position_table_size:
-            raise ValueError(
-                f"image_size {config.image_size} exceeds position_table_size "
-                f"{config.position_table_size}"
-            )
         self.config = config
         dense = lambda i, o: nnx.Linear(i, o, dtype=dtype, rngs=rngs)
         self.patch_embed = PatchEmbed(p, config.channels, d, dtype=dtype, rngs=rngs)
@@ -93,7 +100,7 @@ class UViT(nnx.Module):
         )
         self.time_frequencies = fourier_frequencies(d)
         self.time_in, self.time_out = dense(d, d), dense(d, d)
-        self.text_in = dense(config.text_features, d)
+        self.text_in = dense(config.text_width, d)
         self.in_blocks = nnx.List([UViTBlock(config, rngs=rngs) for _ in range(config.side_depth)])
         self.mid_block = UViTBlock(config, rngs=rngs)
         self.skip_fusions = nnx.List([dense(2 * d, d) for _ in range(config.side_depth)])
