@@ -32,3 +32,9 @@ def test_loading_is_capped_to_the_machine():
     capped, notices = Loading(workers=32, threads=1).capped_to_machine(cpus=2)
     assert (capped.workers, capped.threads) == (2, 1)
     assert notices == ["data.loading.workers 32 capped to 2 (CPUs here)"]
+
+
+def test_read_ahead_defaults_to_twice_the_threads():
+    assert Loading(threads=4).read_ahead == 8
+    assert Loading(threads=0).read_ahead == 2
+    assert Loading(threads=4, read_buffer=100).read_ahead == 100

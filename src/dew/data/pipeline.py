@@ -75,7 +75,7 @@ def _mark_absl_flags_parsed() -> None:
 def to_iter_dataset(dataset: grain.MapDataset, spec: DatasetSpec) -> grain.IterDataset:
     loading = spec.loading
     iter_dataset = dataset.to_iter_dataset(
-        grain.ReadOptions(num_threads=loading.threads, prefetch_buffer_size=loading.read_buffer)
+        grain.ReadOptions(num_threads=loading.threads, prefetch_buffer_size=loading.read_ahead)
     )
     if loading.workers > 0:
         _mark_absl_flags_parsed()

@@ -24,19 +24,25 @@ class Loading(Config):
     """grain worker processes (mp_prefetch); 0 loads in the calling process."""
     threads: int = 64
     """read threads per process (ReadOptions.num_threads); 0 reads synchronously."""
-    read_buffer: int = 500
+    read_buffer: int | None = None
     """batches each process reads ahead (ReadOptions.prefetch_buffer_size; the pipeline
-    batches before it, so its elements are batches); keep it >= threads."""
+    batches first, so its elements are batches). None: twice the threads, enough to keep
+    them busy; a deeper buffer lets a worker that starts first run far ahead, which a
+    short timed window would then read as throughput."""
     worker_buffer: int = 1
     """batches each worker keeps ready (MultiprocessingOptions.per_worker_buffer_size)."""
 
     def check(self) -> None:
         for name in ("workers", "threads", "read_buffer"):
             value = getattr(self, name)
-            if value < 0:
+            if value is not None and value < 0:
                 raise ValueError(f"data.loading.{name} must be >= 0, got {value}")
         if self.worker_buffer < 1:
             raise ValueError(f"data.loading.worker_buffer must be >= 1, got {self.worker_buffer}")
+
+    @property
+    def read_ahead(self) -> int:
+        return self.read_buffer if self.read_buffer is not None else max(2 * self.threads, 2)
 
     def capped_to_machine(self, cpus: int | None = None) -> tuple[Loading, list[str]]:
         """Workers and threads capped to the CPU count, with one notice per capped value."""
