@@ -44,6 +44,17 @@ def test_small_gflop_matches_published():
 HEAD_HEAVY = dict(vocab_size=4096, width=32, depth=1, heads=2, mlp_hidden=64, seq_len=64)
 
 
+def static_peak(analysis) -> int:
+    # XLA's peak: arguments + outputs + temporaries - donated (aliased) buffers. The CPU
+    # backend's own peak_memory_in_bytes leaves the temporaries out, where the logits live.
+    return (
+        analysis.argument_size_in_bytes
+        + analysis.output_size_in_bytes
+        + analysis.temp_size_in_bytes
+        - analysis.alias_size_in_bytes
+    )
+
+
 def test_head_chunks_keep_the_loss_and_lower_the_peak():
     losses, peaks = [], []
     for chunks in (1, 2, 4, 8):
@@ -51,7 +62,7 @@ def test_head_chunks_keep_the_loss_and_lower_the_peak():
         trainer = Trainer("causal_transformer", config, compilation_cache_dir=None)
         batch = trainer.example_batch(8)
         trainer.compile(batch)
-        peaks.append(trainer.compiled.memory_analysis().peak_memory_in_bytes)
+        peaks.append(static_peak(trainer.compiled.memory_analysis()))
         _, metrics = trainer.step(trainer.init(), batch)
         losses.append(float(metrics["train/loss"]))
     np.testing.assert_allclose(losses, losses[0], rtol=1e-5)
