@@ -274,7 +274,7 @@ def measure(prepared: Prepared, options: Options, figures: dict[str, Any]) -> di
     flops = figures.get("gflop_per_step")  # per device, like the peak it is divided by
     kind = devices[0].device_kind
     figures["util"] = mfu(flops * 1e9 if flops is not None else None, step_s, kind)
-    peaks = [peak_bytes_in_use(device) for device in devices]
+    peaks = [peak_bytes_in_use(d) for d in devices if d.process_index == jax.process_index()]
     figures["peak_gib"] = max(peaks) / GIB if None not in peaks else None
     loss = float(metrics["train/loss"])
     figures["loss"] = loss if math.isfinite(loss) else None
@@ -457,9 +457,15 @@ def run(
 ) -> BenchmarkRun:
     """Run every case; write the record after every row; return the final record."""
     done = previous_rows(json_out) if resume else {}
+    from dew.bench import multihost
     from dew.bench.environment import capture
+    from dew.train.distributed import process_count, process_index
 
-    environment = capture()
+    # Several processes (dew.train.distributed): every one runs every case in-process and
+    # times it; rows combine across processes; only process 0 writes and logs.
+    processes = process_count()
+    leader = process_index() == 0
+    environment = capture(processes=multihost.process_table() if processes > 1 else None)
     idle = check_idle(idle_check, skip=options.compile_only)
     record: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
@@ -479,10 +485,17 @@ def run(
             row = done[key]
         else:
             row = run_case_isolated(case, options) if options.isolate else run_case(case, options)
+            if processes > 1:
+                row = multihost.gather_row(row, f"row/{index}")
         rows.append(row)
         record["rows"] = rows
-        if json_out:  # on disk before anything else can go wrong
+        if processes > 1:  # a run cut short by a dead process must not read as complete
+            partial = multihost.PARTIAL_NOTE.format(done=index, total=len(cases))
+            record["note"] = None if index == len(cases) else partial
+        if json_out and leader:  # on disk before anything else can go wrong
             write_run(json_out, record)
+        if not leader:
+            continue
         if key in done:
             log(f"[{index}/{len(cases)}] {_case_label_row(row)}: ok in {json_out}, skipped")
         else:
@@ -753,6 +766,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if options.xla_flags and not options.isolate:
         # In-process cases: XLA reads its flags when the backend starts, which is later.
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {options.xla_flags}"
+    from dew.train import distributed
+
+    try:  # join the cluster the environment describes, before the backend starts
+        cluster = distributed.initialize()
+    except distributed.DistributedSetupError as error:
+        print(f"benchmark_step: {error}", file=sys.stderr)
+        return 2
+    if cluster is not None and options.isolate:
+        # A child per case cannot rejoin the runtime: cases run in the processes that joined.
+        options = dataclasses.replace(options, isolate=False)
+        if options.xla_flags:
+            os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {options.xla_flags}"
     from dew.bench.idle import HostNotIdle
 
     try:
@@ -767,6 +792,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except HostNotIdle as refusal:
         print(f"benchmark_step: {refusal}", file=sys.stderr)
         return 1
+    if distributed.process_index() != 0:  # process 0 prints the table for the run
+        return exit_code(record)
     print(table(record.rows, compile_only=options.compile_only, markdown=args.format == "md"))
     return exit_code(record)
 

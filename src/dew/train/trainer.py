@@ -178,8 +178,15 @@ class Trainer:
         return self.objective.example_batch(batch_size)
 
     def put_batch(self, batch) -> dict[str, jax.Array]:
-        """Host batch -> device arrays split over data × fsdp."""
-        return jax.device_put(batch, batch_shardings(batch, self.mesh))
+        """Host batch -> device arrays split over data × fsdp.
+
+        Several processes: every process holds the same global host batch and feeds only
+        the rows its own devices hold (the mesh spans every process's devices).
+        """
+        shardings = batch_shardings(batch, self.mesh)
+        if jax.process_count() == 1:
+            return jax.device_put(batch, shardings)
+        return jax.tree.map(_local_rows_to_global, batch, shardings)
 
     # -- the step ------------------------------------------------------------------------
 
@@ -239,7 +246,7 @@ class Trainer:
         if self.compiled is None:
             self.compile(batch)
         if any(isinstance(leaf, np.ndarray) for leaf in jax.tree.leaves(batch)):
-            batch = jax.device_put(batch, self._batch_shardings)
+            batch = self.put_batch(batch)
         state, metrics = self.compiled(state, batch)
         now = time.perf_counter()
         seconds = None if self._last_step_end is None else now - self._last_step_end
@@ -273,6 +280,15 @@ class Trainer:
         if step_seconds is None or peak_bf16_flops(self.device_kind) is None:
             return None
         return mfu(self.flops, step_seconds, self.device_kind)
+
+
+def _local_rows_to_global(host: np.ndarray, sharding: NamedSharding) -> jax.Array:
+    """This process's rows of a global host array -> the global array (no cross-host copy)."""
+    shape = tuple(host.shape)
+    rows = [index[0] for index in sharding.addressable_devices_indices_map(shape).values()]
+    first = min(r.start or 0 for r in rows)
+    last = max(shape[0] if r.stop is None else r.stop for r in rows)
+    return jax.make_array_from_process_local_data(sharding, host[first:last], shape)
 
 
 def _with_settings(config: PresetConfig, **settings) -> PresetConfig:

@@ -1,0 +1,158 @@
+"""Joining JAX's distributed runtime from the environment, before the backend starts.
+
+    from dew.train import distributed
+    cluster = distributed.initialize()   # None: a single process, nothing to join
+
+Where the coordinator, the process count and this process's id come from, first match wins:
+- DEW_COORDINATOR_ADDRESS, DEW_NUM_PROCESSES, DEW_PROCESS_ID (what `dew.bench.multihost`
+  sets for loopback processes), else JAX's own JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES,
+  JAX_PROCESS_ID (a Kubernetes indexed Job sets these from the completion index);
+- a SLURM step with more than one task (SLURM_NTASKS > 1): JAX's SLURM detection reads the
+  node list, task count and task id itself;
+- a Kubernetes pod where JAX's own detection works (the `kubernetes` package is installed).
+
+On CPU the cross-process collectives need gloo, which must be chosen before the backend
+starts. A dead peer must not hang the others: the runtime's heartbeat timeout
+(DEW_HEARTBEAT_TIMEOUT_S, default 30) makes every other process stop, and the initial
+connection gives up after DEW_INIT_TIMEOUT_S (default 300).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+
+INIT_TIMEOUT_S = 300
+HEARTBEAT_TIMEOUT_S = 30
+SHUTDOWN_TIMEOUT_S = 30
+# (dew's name, JAX's name) for each setting; dew's wins where both are set.
+VARIABLES = {
+    "coordinator_address": ("DEW_COORDINATOR_ADDRESS", "JAX_COORDINATOR_ADDRESS"),
+    "num_processes": ("DEW_NUM_PROCESSES", "JAX_NUM_PROCESSES"),
+    "process_id": ("DEW_PROCESS_ID", "JAX_PROCESS_ID"),
+}
+
+
+class DistributedSetupError(ValueError):
+    """The environment describes an impossible or incomplete cluster (one line)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Cluster:
+    """How this process joins: `method` is "env", "slurm" or "kubernetes"; under the last
+    two JAX reads the coordinator, count and id itself (None here)."""
+
+    method: str
+    coordinator_address: str | None = None
+    num_processes: int | None = None
+    process_id: int | None = None
+    init_timeout_s: int = INIT_TIMEOUT_S
+    heartbeat_timeout_s: int = HEARTBEAT_TIMEOUT_S
+
+
+def _first(environ: Mapping[str, str], names: tuple[str, ...]) -> tuple[str, str] | None:
+    for name in names:
+        value = environ.get(name, "").strip()
+        if value:
+            return name, value
+    return None
+
+
+def _whole(environ: Mapping[str, str], name: str, default: int, minimum: int) -> int:
+    text = environ.get(name, "").strip()
+    if not text:
+        return default
+    if not text.isdigit() or int(text) < minimum:
+        raise DistributedSetupError(f"{name}={text!r} is not a whole number >= {minimum}")
+    return int(text)
+
+
+def detect(environ: Mapping[str, str] | None = None) -> Cluster | None:
+    """The cluster this process belongs to, or None for a single process.
+
+    Raises DistributedSetupError naming the variable when the settings contradict.
+    """
+    environ = os.environ if environ is None else environ
+    timeouts = {
+        "init_timeout_s": _whole(environ, "DEW_INIT_TIMEOUT_S", INIT_TIMEOUT_S, 1),
+        "heartbeat_timeout_s": _whole(environ, "DEW_HEARTBEAT_TIMEOUT_S", HEARTBEAT_TIMEOUT_S, 2),
+    }
+    found = {key: _first(environ, names) for key, names in VARIABLES.items()}
+    if found["num_processes"] is not None:
+        name, text = found["num_processes"]
+        if not text.isdigit() or int(text) < 1:
+            raise DistributedSetupError(f"{name}={text!r} is not a process count (a whole >= 1)")
+        count = int(text)
+        if count == 1:
+            return None
+        missing = [VARIABLES[key][0] for key, value in found.items() if value is None]
+        if missing:
+            raise DistributedSetupError(
+                f"{name}={count} needs {' and '.join(missing)} (or their JAX_ names) as well"
+            )
+        id_name, id_text = found["process_id"]
+        if not id_text.isdigit() or int(id_text) >= count:
+            raise DistributedSetupError(
+                f"{id_name}={id_text!r} is not a process id; valid: 0..{count - 1}"
+            )
+        address = found["coordinator_address"][1]
+        if ":" not in address:
+            raise DistributedSetupError(
+                f"{found['coordinator_address'][0]}={address!r} needs a port (host:port)"
+            )
+        return Cluster("env", address, count, int(id_text), **timeouts)
+    if environ.get("SLURM_JOB_ID") and _slurm_tasks(environ) > 1:
+        return Cluster("slurm", **timeouts)
+    if environ.get("KUBERNETES_SERVICE_HOST") and _has_kubernetes_client():
+        return Cluster("kubernetes", **timeouts)
+    return None
+
+
+def _slurm_tasks(environ: Mapping[str, str]) -> int:
+    text = environ.get("SLURM_NTASKS", environ.get("SLURM_NPROCS", "1")).strip()
+    return int(text) if text.isdigit() else 1
+
+
+def _has_kubernetes_client() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("kubernetes") is not None
+
+
+def initialize(environ: Mapping[str, str] | None = None) -> Cluster | None:
+    """Join the cluster the environment describes (once); None for a single process.
+
+    Call before anything asks JAX for devices: gloo and the process's place in the
+    cluster are fixed when the backend starts.
+    """
+    import jax
+
+    cluster = detect(environ)
+    if cluster is None or jax.distributed.is_initialized():
+        return cluster
+    # Cross-process collectives on CPU; the setting only concerns the CPU client. Under
+    # SLURM and Kubernetes the unset arguments are JAX's own auto-detection.
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(
+        coordinator_address=cluster.coordinator_address,
+        num_processes=cluster.num_processes,
+        process_id=cluster.process_id,
+        initialization_timeout=cluster.init_timeout_s,
+        heartbeat_timeout_seconds=cluster.heartbeat_timeout_s,
+        shutdown_timeout_seconds=SHUTDOWN_TIMEOUT_S,
+    )
+    return cluster
+
+
+def process_count() -> int:
+    """Processes in the run; 1 without starting a backend when none was joined."""
+    import jax
+
+    return jax.process_count() if jax.distributed.is_initialized() else 1
+
+
+def process_index() -> int:
+    import jax
+
+    return jax.process_index() if jax.distributed.is_initialized() else 0

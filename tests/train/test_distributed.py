@@ -1,0 +1,115 @@
+"""The Trainer over JAX's distributed runtime: 2 loopback processes x 4 CPU devices (gloo)
+against this process's 8 devices, and the environment parsing that decides whether to join."""
+
+import json
+import math
+import sys
+
+import pytest
+
+from dew.bench.multihost import Launch
+from dew.train import distributed
+from dew.train.mesh import MeshSpec
+from dew.train.trainer import Trainer
+
+ARCHITECTURE = "simple_dit"
+STEPS = 3
+# Each process: join from DEW_* variables, train 3 steps of the same seeded batch on an
+# fsdp=8 mesh spanning both processes, print what it saw as one JSON line.
+WORKER = f"""
+import json
+from dew.train import distributed
+cluster = distributed.initialize()
+import jax
+from dew.train.mesh import MeshSpec
+from dew.train.trainer import Trainer
+trainer = Trainer({ARCHITECTURE!r}, preset="cpu-smoke", mesh=MeshSpec(fsdp=8),
+                  compilation_cache_dir=None)
+state = trainer.init()
+batch = trainer.example_batch(8)
+for _ in range({STEPS}):
+    state, metrics = trainer.step(state, batch)
+largest = max(jax.tree.leaves(state.params), key=lambda leaf: leaf.size)
+print(json.dumps({{
+    "method": cluster.method if cluster else None,
+    "process": jax.process_index(), "processes": jax.process_count(),
+    "devices": jax.device_count(), "local_devices": jax.local_device_count(),
+    "loss": float(metrics["train/loss"]), "gflop": trainer.flops / 1e9,
+    "local_shard_rows": [s.data.size for s in largest.addressable_shards],
+    "global_size": largest.size,
+}}))
+"""
+
+
+def test_two_processes_of_four_devices_match_one_process_of_eight(tmp_path):
+    launch = Launch([sys.executable, "-c", WORKER], 2, 4, tmp_path, heartbeat_s=30)
+    codes, failure = launch.start().wait(timeout_s=600)
+    assert failure is None, failure
+    assert codes == [0, 0]
+    results = [json.loads(out.strip().splitlines()[-1]) for out in launch.stdout]
+
+    trainer = Trainer(ARCHITECTURE, preset="cpu-smoke", mesh=MeshSpec(fsdp=8),
+                      compilation_cache_dir=None)  # fmt: skip
+    state = trainer.init()
+    batch = trainer.example_batch(8)
+    for _ in range(STEPS):
+        state, metrics = trainer.step(state, batch)
+    loss = float(metrics["train/loss"])
+    gflop = trainer.flops / 1e9
+
+    for index, result in enumerate(results):
+        assert result["method"] == "env"
+        assert (result["process"], result["processes"]) == (index, 2)
+        assert (result["devices"], result["local_devices"]) == (8, 4)
+        # parameters split over the global fsdp axis: each process holds 4 of 8 shards
+        assert result["local_shard_rows"] == [result["global_size"] // 8] * 4
+        assert math.isfinite(result["loss"])
+        assert result["loss"] == pytest.approx(loss, rel=1e-4, abs=1e-5)
+        assert result["gflop"] == pytest.approx(gflop, rel=1e-9)
+    print(f"loss after {STEPS} steps: 2x4 {[r['loss'] for r in results]}, 1x8 {loss}")
+
+
+def test_single_process_environment_joins_nothing():
+    assert distributed.detect({}) is None
+    assert distributed.detect({"DEW_NUM_PROCESSES": "1"}) is None
+    assert distributed.detect({"SLURM_JOB_ID": "7", "SLURM_NTASKS": "1"}) is None
+
+
+def test_dew_variables_win_over_jax_variables():
+    cluster = distributed.detect(
+        {
+            "DEW_COORDINATOR_ADDRESS": "10.0.0.1:1234",
+            "JAX_COORDINATOR_ADDRESS": "10.9.9.9:1",
+            "JAX_NUM_PROCESSES": "4",
+            "JAX_PROCESS_ID": "3",
+            "DEW_HEARTBEAT_TIMEOUT_S": "15",
+        }
+    )
+    assert cluster == distributed.Cluster("env", "10.0.0.1:1234", 4, 3, 300, 15)
+
+
+def test_slurm_step_of_several_tasks_is_left_to_jax_detection():
+    cluster = distributed.detect({"SLURM_JOB_ID": "7", "SLURM_NTASKS": "16"})
+    assert cluster is not None and cluster.method == "slurm"
+    assert cluster.coordinator_address is None and cluster.process_id is None
+
+
+@pytest.mark.parametrize(
+    ("environ", "message"),
+    [
+        ({"JAX_NUM_PROCESSES": "two"}, "JAX_NUM_PROCESSES='two' is not a process count"),
+        ({"DEW_NUM_PROCESSES": "2", "DEW_PROCESS_ID": "0"}, "needs DEW_COORDINATOR_ADDRESS"),
+        (
+            {"DEW_NUM_PROCESSES": "2", "DEW_PROCESS_ID": "2", "DEW_COORDINATOR_ADDRESS": "h:1"},
+            "DEW_PROCESS_ID='2' is not a process id; valid: 0..1",
+        ),
+        (
+            {"DEW_NUM_PROCESSES": "2", "DEW_PROCESS_ID": "0", "DEW_COORDINATOR_ADDRESS": "h"},
+            "needs a port",
+        ),
+        ({"DEW_HEARTBEAT_TIMEOUT_S": "0"}, "DEW_HEARTBEAT_TIMEOUT_S='0'"),
+    ],
+)
+def test_contradicting_settings_name_the_variable(environ, message):
+    with pytest.raises(distributed.DistributedSetupError, match=message.replace("(", r"\(")):
+        distributed.detect(environ)
