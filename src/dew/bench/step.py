@@ -427,9 +427,9 @@ def progress_line(index: int, total: int, row: StepRow, seconds: float) -> str:
         return f"{head} ({seconds:.1f} s): {row.error}"
     parts = []
     if row.ms_per_step is not None:
-        parts.append(f"{row.ms_per_step:.2f} ms/step")
+        parts.append(f"{_number(row.ms_per_step, 2)} ms/step")
     if row.gflop_per_step is not None:
-        parts.append(f"{row.gflop_per_step:.1f} GFLOP")
+        parts.append(f"{_number(row.gflop_per_step)} GFLOP")
     if row.compile_s is not None:
         parts.append(f"compile {row.compile_s:.1f} s")
     return f"{head} ({seconds:.1f} s) " + ", ".join(parts)
