@@ -84,3 +84,16 @@ def test_dockerfile_passes_hadolint():
         [hadolint, str(ROOT / "docker" / "Dockerfile")], capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_no_engine_on_path_means_none_and_a_chosen_missing_one_says_so(tmp_path, monkeypatch):
+    # A docker CLI whose daemon does not answer, as on a machine without the engine.
+    docker = tmp_path / "docker"
+    docker.write_text("#!/bin/sh\necho 'Cannot connect to the Docker daemon' >&2\nexit 1\n")
+    docker.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert containers.choose({}) is None
+    with pytest.raises(containers.EngineError, match="DEW_ENGINE=podman but `podman` does not"):
+        containers.choose({"DEW_ENGINE": "podman"})
+    with pytest.raises(containers.EngineError, match="DEW_ENGINE=docker but `docker` does not"):
+        containers.choose({"DEW_ENGINE": "docker"})
