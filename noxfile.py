@@ -417,10 +417,9 @@ def bench_data(session: nox.Session) -> None:
     data_path = pop_option(args, "--data.path")
     if not data_path or not pathlib.Path(data_path).is_dir():
         session.error(
-            f"--data.path {data_path!r} is not a directory; give the prepared "
-            "oxford_flowers102 version directory (or pass --synthetic N to benchmark_data)"
-            if data_path
-            else "bench-data needs --data.path DIR (a prepared version directory)"
+            f"--data.path {data_path or '(missing)'} is not a directory: give a prepared "
+            "oxford_flowers102 version directory (tools/prepare_dataset.py --source DIR or "
+            "--synthetic N --out DIR)"
         )
     engine = choose_engine(session)
     base = resolve_base(session, engine, os.environ.get("DEW_BASE_IMAGE")) if engine else None
