@@ -298,6 +298,24 @@ def cpu_smoke(session: nox.Session) -> None:
     step_benchmark(runner, run_dir, "cpu-smoke", smoke, SMOKE_ENV)
 
 
+@nox.session(name="multihost-smoke", python=PYTHON)
+def multihost_smoke(session: nox.Session) -> None:
+    """cpu-smoke as N processes on loopback (JAX's distributed runtime, gloo), record checked.
+
+    `-- [--processes N] [benchmark_step.py flags]`; N (default 2) divides 8 simulated devices.
+    """
+    install_locked(session)
+    args = list(session.posargs)
+    processes = pop_option(args, "--processes", "2")
+    run_dir = new_run_dir("multihost-smoke", "cpu")
+    session.run(
+        "python", "-m", "dew.bench.multihost", "--processes", processes,
+        "--json-out", str(run_dir / "step.json"), "--log-dir", str(run_dir / "logs"),
+        "--", "--preset", "cpu-smoke", "--steps", "2", "--idle-check", "warn", *args,
+    )  # fmt: skip
+    session.log(f"record: {(run_dir / 'step.json').relative_to(ROOT)}")
+
+
 def gpu_preflight(session: nox.Session, variant: str):
     """Engine, GPU and driver, each failing with the one line that says what to fix."""
     if variant not in MIN_DRIVER:
