@@ -142,3 +142,8 @@ def test_cpu_smoke_trains_three_steps_sharded_over_8_devices(name):
 def test_bad_config_is_a_clear_error(overrides, message):
     with pytest.raises(ValueError, match=message):
         JepaEncoderConfig.preset("small", **overrides)
+
+
+def test_predictor_alone_has_no_step():
+    with pytest.raises(ValueError, match="jepa_predictor trains inside them"):
+        Trainer("jepa_predictor", preset="cpu-smoke", compilation_cache_dir=None)

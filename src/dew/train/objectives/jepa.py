@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from dew.models.jepa import JepaMasking
+from dew.models.jepa import JepaEncoderConfig, JepaMasking
 from dew.train.objectives import Objective, example_images, register_objective, to_unit_range
 
 MOMENTUM_START, MOMENTUM_END = 0.996, 1.0
@@ -107,6 +107,12 @@ class Jepa(Objective):
     uses_condition = False
 
     def __init__(self, config):
+        if not isinstance(config, JepaEncoderConfig):
+            raise ValueError(
+                f"the jepa objective trains a JEPA model (jepa_encoder, jepa_video_encoder), not "
+                f"a {type(config).__name__}; jepa_predictor trains inside them, with no step of "
+                f"its own"
+            )
         super().__init__(config)
         self.plan = MaskPlan(config.grid, config.masking)
 
