@@ -146,7 +146,8 @@ def one_line(error: BaseException) -> str:
     if isinstance(error, pydantic.ValidationError) and error.errors():
         first = error.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
-        text = f"invalid {error.title}{'.' + where if where else ''}: {first['msg']}"
+        message = first["msg"].removeprefix("Value error, ")  # pydantic's wrapper of a raise
+        text = f"invalid {error.title}{'.' + where if where else ''}: {message}"
     else:
         message = str(error).strip().splitlines()
         text = f"{type(error).__name__}: {message[0]}" if message else type(error).__name__
