@@ -1,10 +1,12 @@
 """uvit: the published row (params exact, GFLOP/step within 0.1%) and a cpu-smoke training run."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
-from dew.models.uvit import UViTConfig
+from dew.models.uvit import UViT, UViTConfig
 from dew.train.mesh import MeshSpec
 from dew.train.trainer import Trainer
 
@@ -64,3 +66,19 @@ def test_cpu_smoke_trains_three_steps_sharded_over_8_devices():
 def test_bad_config_is_a_clear_error(overrides, message):
     with pytest.raises(ValueError, match=message):
         UViTConfig.preset("small", **overrides)
+
+
+def test_padding_caption_tokens_are_not_attended():
+    config = UViTConfig.preset("cpu-smoke", dtype="float32")
+    model = UViT(config, rngs=nnx.Rngs(0))
+    model.head.kernel[...] = jax.random.normal(jax.random.key(1), model.head.kernel.shape)
+    x = jax.random.normal(jax.random.key(2), (1, 16, 16, 3))
+    t = jnp.ones((1,))
+    text = jax.random.normal(jax.random.key(3), (1, 77, 768))
+    mask = jnp.arange(77)[None] < 9  # "a flower": start token + 8 characters
+    forward = nnx.jit(lambda m, text: m(x, t, text, mask))
+    base = forward(model, text)
+    padding_changed = forward(model, text.at[:, 20:].add(5.0))
+    caption_changed = forward(model, text.at[:, 3].add(5.0))
+    np.testing.assert_allclose(padding_changed, base, atol=1e-5)
+    assert float(jnp.abs(caption_changed - base).max()) > 1e-3
