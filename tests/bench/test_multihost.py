@@ -1,0 +1,95 @@
+"""Rows across processes, and a process that dies mid-run on loopback (2 x 4 CPU devices)."""
+
+import json
+import os
+import signal
+import sys
+import time
+
+import pytest
+
+from dew.bench.multihost import STEP_TOOL, Launch, combine
+from dew.bench.schema import StepRow, read_run
+
+
+def _row(ms, p50, **extra):
+    fields = dict(architecture="simple_dit", batch=8, params=10, gflop_per_step=1.5)
+    fields.update(ms_per_step=ms, p10_ms=p50 - 1, p50_ms=p50, p90_ms=p50 + 1, status="ok")
+    return StepRow(**{**fields, "samples_per_s": 8000 / ms, **extra})
+
+
+def test_row_takes_the_slowest_process_and_the_spread():
+    rows = [_row(10.0, 9.5, compile_s=3.0), _row(12.5, 12.0, compile_s=2.0), _row(11.0, 10.0)]
+    row = combine(rows)
+    assert row.status == "ok"
+    assert (row.ms_per_step, row.p50_ms, row.compile_s) == (12.5, 12.0, 2.0)
+    assert row.samples_per_s == pytest.approx(8000 / 12.5)
+    assert row.process_spread_ms == pytest.approx(2.5)
+    assert (row.params, row.gflop_per_step) == (10, 1.5)
+
+
+def test_a_failure_on_any_process_fails_the_row_naming_it():
+    failed = StepRow(architecture="simple_dit", status="failed", error="XlaRuntimeError: boom")
+    row = combine([_row(10.0, 9.5), failed])
+    assert row.status == "failed"
+    assert row.error == "process 1: XlaRuntimeError: boom"
+    assert row.process_spread_ms is None
+
+
+def test_compile_only_rows_pass_through():
+    rows = [StepRow(architecture="unet", gflop_per_step=2.0, status="ok")] * 2
+    assert combine(rows) == rows[0]
+
+
+def test_a_killed_process_stops_the_others_and_leaves_a_partial_record(tmp_path):
+    """Process 1 is killed once the first of two cases is on disk (the second is compiling,
+    which takes far longer than the first's 4 steps). Process 0 must stop on
+    its own (the runtime's heartbeat), not hang until the launcher kills it, the launcher
+    says so in one line, and the record says it is partial."""
+    record = tmp_path / "step.json"
+    cases = [
+        {"architecture": "simple_dit", "batch": 8},
+        {"architecture": "simple_dit", "batch": 16},
+    ]
+    command = [*STEP_TOOL, "--preset", "cpu-smoke", "--cases", json.dumps(cases)]
+    command += ["--steps", "2", "--warmup", "0", "--idle-check", "off"]
+    command += ["--compilation-cache-dir", "off", "--json-out", str(record)]
+    launch = Launch(command, 2, 4, tmp_path / "logs", heartbeat_s=10, forward=False).start()
+    try:
+        deadline = time.monotonic() + 600
+        while not record.exists() and time.monotonic() < deadline:
+            assert all(p.poll() is None for p in launch.popen), "a process stopped early"
+            time.sleep(0.5)
+        assert record.exists(), "the first case never finished"
+        os.kill(launch.popen[1].pid, signal.SIGKILL)
+        # Grace far beyond the heartbeat: a process 0 that hangs is killed (SIGKILL) then.
+        codes, failure = launch.wait(timeout_s=600, grace_s=180)
+    finally:
+        for process in launch.popen:
+            if process.poll() is None:
+                process.kill()
+
+    assert codes[1] == -signal.SIGKILL
+    assert codes[0] not in (0, -signal.SIGKILL), "process 0 did not stop on its own"
+    assert failure is not None and "\n" not in failure
+    assert failure.startswith("multihost: process 1 died of SIGKILL; process 0 ")
+    assert "heartbeats" in failure, failure
+    print(failure)
+
+    run = read_run(record)
+    assert run.note == "partial: 1 of 2 cases"
+    assert [row.status for row in run.rows] == ["ok"]
+    assert run.rows[0].process_spread_ms is not None
+    assert [p.process_index for p in run.environment.processes] == [0, 1]
+
+
+def test_the_launcher_refuses_a_process_count_that_does_not_split_the_devices(capsys):
+    from dew.bench.multihost import main
+
+    assert main(["--processes", "3", "--json-out", os.devnull]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "--processes 3" in err and "valid: 1, 2, 4, 8" in err
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q"]))
