@@ -51,15 +51,17 @@ def test_example_batch_is_deterministic_pixels_and_caption(smoke_trainer):
 
 
 def test_condition_in_state_adds_the_char_table():
-    trainer = Trainer(
-        "simple_dit", preset="cpu-smoke", condition_in_state=True, compilation_cache_dir=None
-    )
-    assert trainer.param_counts["condition"] == 130 * 768
-    constant = Trainer("simple_dit", preset="cpu-smoke", compilation_cache_dir=None)
-    assert constant.param_counts == {
-        "backbone": trainer.param_counts["backbone"],
-        "condition": 0,
-    }
+    # for every architecture, as the 2026-09-05 table counts it (the decoder included)
+    for architecture in ("simple_dit", "causal_transformer"):
+        trainer = Trainer(
+            architecture, preset="cpu-smoke", condition_in_state=True, compilation_cache_dir=None
+        )
+        assert trainer.param_counts["condition"] == 130 * 768
+        constant = Trainer(architecture, preset="cpu-smoke", compilation_cache_dir=None)
+        assert constant.param_counts == {
+            "backbone": trainer.param_counts["backbone"],
+            "condition": 0,
+        }
 
 
 def test_batch_the_mesh_cannot_split_is_a_clear_error(smoke_trainer):

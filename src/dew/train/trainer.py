@@ -125,13 +125,13 @@ class Trainer:
                 f"{architecture} holds non-parameter state; models may hold only Params"
             )
 
-        condition = None
-        if self.objective.uses_condition:
-            width = getattr(config, "text_width", 768)
-            condition = CharTable(width, in_state=condition_in_state, seed=seed)
-        self.condition_graphdef, self._condition_params = (
-            nnx.split(condition, nnx.Param) if condition is not None else (None, {})
+        # The Trainer, not the model, holds the caption table. In the state it is there for
+        # every architecture, used or not: the 2026-09-05 table counts its 99,840 parameters
+        # for the decoder too.
+        condition = CharTable(
+            getattr(config, "text_width", 768), in_state=condition_in_state, seed=seed
         )
+        self.condition_graphdef, self._condition_params = nnx.split(condition, nnx.Param)
 
         self.abstract_state = jax.eval_shape(self._init_state, self._condition_params)
         self.state_shardings = state_shardings(
@@ -195,11 +195,7 @@ class Trainer:
 
         def loss_fn(params):
             model = nnx.merge(self.graphdef, params["model"])
-            condition = (
-                nnx.merge(self.condition_graphdef, params["condition"])
-                if self.condition_graphdef is not None
-                else None
-            )
+            condition = nnx.merge(self.condition_graphdef, params["condition"])
             return self.objective.loss(model, batch, rng, condition=condition, ema=state.ema)
 
         (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)

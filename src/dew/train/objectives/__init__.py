@@ -29,10 +29,11 @@ _REGISTRY: dict[str, type[Objective]] = {}
 class Objective:
     """One training objective for one model config.
 
-    `uses_condition`: the Trainer builds a CharTable (width `config.text_width`, default
-    768) and passes it as `condition`. `init_ema` / `update_ema`: objectives that keep an
-    EMA copy of (part of) the model return it from `init_ema`; the Trainer keeps it in
-    the state, sharded like the parameters, and calls `update_ema` after each update.
+    `condition`: the Trainer's CharTable (width `config.text_width`, default 768), passed
+    to every objective; `uses_condition` says whether this one reads it. `init_ema` /
+    `update_ema`: objectives that keep an EMA copy of (part of) the model return it from
+    `init_ema`; the Trainer keeps it in the state, sharded like the parameters, and calls
+    `update_ema` after each update.
     """
 
     name: ClassVar[str] = ""
