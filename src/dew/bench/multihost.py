@@ -247,7 +247,7 @@ def check_record(path: Path, processes: int) -> str | None:
     """What is wrong with a finished multi-process record (None: nothing)."""
     record = read_run(path)
     listed = record.environment.processes or []
-    if len(listed) != processes:
+    if processes > 1 and len(listed) != processes:  # a single process joins nothing
         return f"{path}: environment lists {len(listed)} processes, expected {processes}"
     if record.note and record.note.startswith("partial"):
         return f"{path}: the record is marked {record.note!r}"
