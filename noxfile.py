@@ -251,6 +251,9 @@ def step_benchmark(runner: Runner, run_dir: pathlib.Path, preset: str, args, env
     if not (ROOT / "tools" / "benchmark_step.py").exists():
         runner.session.error("tools/benchmark_step.py is missing from this checkout")
     step_json = run_dir / "step.json"
+    if runner.engine and not any(a.startswith("--compilation-cache-dir") for a in args):
+        # The image's HOME is temporary: keep compiled executables in the mounted cache.
+        args = ["--compilation-cache-dir", containers.IMAGE_XLA_CACHE, *args]
     runner.python(
         "tools/benchmark_step.py", "--preset", preset, "--json-out", runner.path(step_json),
         "--format", "md", *args, env=env, stdout_to=run_dir / "table.md",

@@ -432,7 +432,9 @@ def run_argv(
     mounts: Sequence[tuple[Path, str, str]] = (),
     gpu: bool = False,
 ) -> list[str]:
-    """`engine run` for one command in the image, with the checkout's code and results.
+    """`engine run` for one command in the image, with the checkout's code and results,
+    and the persistent XLA compilation cache at IMAGE_XLA_CACHE (the caller passes it to
+    the tool, so the record's command shows it).
 
     The image holds the stack; the checkout's src/ and tools/ are mounted over the copies
     inside, so a reused image runs the code being benchmarked, and the run records the
@@ -464,7 +466,6 @@ def run_argv(
         "DEW_COMMIT": commit or "unknown",
         "DEW_DIRTY": "1" if dirty else "0",
         "HOME": "/tmp",
-        "JAX_COMPILATION_CACHE_DIR": IMAGE_XLA_CACHE,
         **dict(env),
     }
     for key, value in variables.items():
