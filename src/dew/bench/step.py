@@ -35,6 +35,7 @@ from dew.bench.schema import SCHEMA_VERSION, BenchmarkRun, Settings, StepRow, re
 
 GIB = 1024**3
 ROW_MARKER = "DEW_STEP_ROW "  # prefix of the line a child prints its row on
+COMPILED_MARKER = "DEW_STEP_COMPILED "  # ... and the figures it had after the compile
 LM_OBJECTIVES = ("lm", "block_diffusion")  # cases whose samples are token sequences
 PROFILE_STEPS = 3  # extra steps traced with --profile-dir, after the timed windows
 CACHE_OFF = "off"  # --compilation-cache-dir off: compile every case from scratch
@@ -293,11 +294,18 @@ def measure(prepared: Prepared, options: Options, figures: dict[str, Any]) -> di
     return figures
 
 
-def run_case(case: Case, options: Options) -> StepRow:
-    """One case in this process: a row, `ok` or `failed` with a one-line error."""
+def run_case(
+    case: Case, options: Options, on_compiled: Callable[[dict[str, Any]], None] | None = None
+) -> StepRow:
+    """One case in this process: a row, `ok` or `failed` with a one-line error.
+
+    `on_compiled(figures)` is called once the step is compiled, with what is known then.
+    """
     figures: dict[str, Any] = {}
     try:
         prepared = prepare(case, options, figures)
+        if on_compiled is not None:
+            on_compiled(dict(figures))
         if not options.compile_only:
             measure(prepared, options, figures)
     except Exception as error:
@@ -334,30 +342,44 @@ def child_environment(options: Options) -> dict[str, str]:
     return env
 
 
-def _die_with_parent() -> None:
-    # A `kill -9` of the sweep must not leave a child computing (and holding the GPU).
+def _die_with_parent(parent_pid: int) -> None:
+    """A `kill -9` of the sweep must not leave a child computing (and holding the GPU).
+
+    Called by the child itself, first thing: no preexec_fn, which would fork a parent that
+    may already run threads.
+    """
     try:
         import ctypes
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the child outlives a killed parent
+        return
+    if os.getppid() != parent_pid:  # the parent died before the call above
+        os._exit(1)
 
 
 def run_case_isolated(case: Case, options: Options) -> StepRow:
     """One case in a child process; a crash of the child is a failed row, not a failed run."""
-    job = json.dumps({"case": case.model_dump(), "options": dataclasses.asdict(options)})
+    job = json.dumps(
+        {
+            "case": case.model_dump(),
+            "options": dataclasses.asdict(options),
+            "parent_pid": os.getpid(),
+        }
+    )
     process = subprocess.run(
         [sys.executable, "-m", "dew.bench.step"],
         input=job,
         capture_output=True,
         text=True,
         env=child_environment(options),
-        preexec_fn=_die_with_parent,
     )
-    for line in reversed(process.stdout.splitlines()):
+    compiled: dict[str, Any] = {}
+    for line in process.stdout.splitlines():
         if line.startswith(ROW_MARKER):
             return StepRow.model_validate_json(line[len(ROW_MARKER) :])
+        if line.startswith(COMPILED_MARKER):
+            compiled = json.loads(line[len(COMPILED_MARKER) :])
     if process.returncode < 0:
         error = f"the case's process died of {signal.Signals(-process.returncode).name}"
     else:
@@ -365,16 +387,23 @@ def run_case_isolated(case: Case, options: Options) -> StepRow:
     last = [line for line in process.stderr.splitlines() if line.strip()]
     if last:
         error += f": {last[-1].strip()[:300]}"
-    return StepRow(**row_identity(case), status="failed", error=error)
+    # The process died mid-case: keep what it measured before (params, GFLOP, compile s).
+    return _row(case, compiled, status="failed", error=error)
 
 
 def child_main() -> int:
     """Entry of the child process: a job on stdin, the row on stdout after ROW_MARKER."""
     job = json.loads(sys.stdin.read())
+    _die_with_parent(job["parent_pid"])
     options = Options(**job["options"])
     if options.xla_flags and options.xla_flags not in os.environ.get("XLA_FLAGS", ""):
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {options.xla_flags}"
-    row = run_case(Case.model_validate(job["case"]), options)
+
+    def report_compiled(figures: dict[str, Any]) -> None:
+        sys.stdout.write("\n" + COMPILED_MARKER + json.dumps(figures) + "\n")
+        sys.stdout.flush()
+
+    row = run_case(Case.model_validate(job["case"]), options, on_compiled=report_compiled)
     sys.stdout.write("\n" + ROW_MARKER + row.model_dump_json() + "\n")
     sys.stdout.flush()
     return 0
