@@ -63,7 +63,16 @@ def compile_lock(session: nox.Session, variant: str, output: pathlib.Path) -> No
 
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
-    """The test suite on CPU (8 simulated devices), in a venv built from locks/cpu.txt."""
+    """The test suite on CPU (8 simulated devices), in a venv built from locks/cpu.txt,
+    without the slow tier (tests/conftest.py says which tests are in it)."""
+    install_locked(session)
+    session.run("pytest", "-m", "not slow", *session.posargs)
+
+
+@nox.session(name="tests-full", python=PYTHON)
+def tests_full(session: nox.Session) -> None:
+    """Every test, the slow tier included: each architecture's small-preset compile and
+    cpu-smoke training run, and the multi-process launches."""
     install_locked(session)
     session.run("pytest", *session.posargs)
 
