@@ -20,7 +20,9 @@ def test_package_imports():
 def test_pyproject_pins_the_published_stack_exactly():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert project["requires-python"] == ">=3.12"
-    pins = dict(re.fullmatch(r"([\w.-]+)==([\w.]+)", dep).groups() for dep in project["dependencies"])
+    pins = dict(
+        re.fullmatch(r"([\w.-]+)==([\w.]+)", dep).groups() for dep in project["dependencies"]
+    )
     for name, version in PUBLISHED.items():
         assert pins[name] == version
     for extra in ("cuda12", "cuda13"):
