@@ -2,7 +2,6 @@
 formula from the config (they equal the spec's replica figures), and a cpu-smoke run."""
 
 import math
-import os
 
 import jax
 import pytest
@@ -13,9 +12,7 @@ from dew.train.trainer import Trainer
 
 TEXT_TOKENS = 77
 # Compiling the small preset takes minutes on a shared 2-core CPU host.
-LONG_COMPILES = pytest.mark.skipif(
-    os.environ.get("DEW_LONG_COMPILES") != "1", reason="set DEW_LONG_COMPILES=1 (minutes on CPU)"
-)
+LONG_COMPILES = pytest.mark.slow  # minutes on CPU: `nox -s tests-full` runs them
 
 
 def flux_params(c: FluxConfig) -> int:

@@ -3,11 +3,10 @@ against figures derived by formula from its config, and cpu-smoke training runs.
 
 Compiling a small preset on CPU takes minutes on a shared 2-core host: by default only
 sd3_transformer's train step is compiled (the quickest); simple_mmdit's and
-hierarchical_mmdit's run with DEW_LONG_COMPILES=1.
+hierarchical_mmdit's are in the slow tier (`nox -s tests-full`).
 """
 
 import math
-import os
 
 import jax
 import pytest
@@ -16,9 +15,7 @@ from dew.models.mmdit import SD3Config
 from dew.train.mesh import MeshSpec
 from dew.train.trainer import Trainer
 
-LONG_COMPILES = pytest.mark.skipif(
-    os.environ.get("DEW_LONG_COMPILES") != "1", reason="set DEW_LONG_COMPILES=1 (minutes on CPU)"
-)
+LONG_COMPILES = pytest.mark.slow  # minutes on CPU: `nox -s tests-full` runs them
 
 
 def _compiled_small(architecture: str, batch: int) -> Trainer:

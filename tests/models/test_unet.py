@@ -3,12 +3,11 @@ derived by formula from its config, cpu-smoke training runs.
 
 Compiling a small preset on CPU takes minutes on a shared 2-core host: by default only
 unet's train step is compiled (the most important count: convolutions and their
-gradients); unet_3d's (about 3x unet's compile time) and unet_2d_condition's run with
-DEW_LONG_COMPILES=1.
+gradients); unet_3d's (about 3x unet's compile time) and unet_2d_condition's are in the slow
+tier (`nox -s tests-full`).
 """
 
 import math
-import os
 
 import jax
 import pytest
@@ -18,9 +17,7 @@ from dew.telemetry.instrumentation import hlo_flops
 from dew.train.mesh import MeshSpec
 from dew.train.trainer import Trainer
 
-LONG_COMPILES = pytest.mark.skipif(
-    os.environ.get("DEW_LONG_COMPILES") != "1", reason="set DEW_LONG_COMPILES=1 (minutes on CPU)"
-)
+LONG_COMPILES = pytest.mark.slow  # minutes on CPU: `nox -s tests-full` runs them
 TEXT_TOKENS, TEXT_WIDTH = 77, 768
 
 
