@@ -89,3 +89,13 @@ def test_commit_from_a_build_label_without_git(tmp_path):
     # docker/Dockerfile's default for a build that was not given the commit.
     unknown = environment.capture(repo=tmp_path, environ={"DEW_COMMIT": "unknown"})
     assert unknown.code.commit is None and unknown.code.source is None
+
+
+def test_container_is_null_outside_dews_image_and_named_inside():
+    # This host may itself be a container (a marker file such as /.dockerenv): only dew's
+    # image variables make a run "in a container".
+    assert environment.capture(environ={"PATH": "/usr/bin"}).container is None
+    inside = {"DEW_VARIANT": "cpu", "DEW_IMAGE_ID": "sha256:abc", "DEW_LOCK_SHA256": "f" * 64}
+    container = environment.capture(environ=inside).container
+    assert container is not None
+    assert (container.variant, container.image_id) == ("cpu", "sha256:abc")

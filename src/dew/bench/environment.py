@@ -312,7 +312,12 @@ def _first_version(names: Sequence[str]) -> str | None:
 
 
 def _container(environ: Mapping[str, str]) -> Container | None:
-    """Null on the host. Inside, the engine from its marker file, the rest from build labels."""
+    """Null outside dew's image. Inside, the engine from its marker file, the rest from the
+    image's build labels. A marker file alone does not count: a host that is itself some
+    container (a CI runner, a dev box) runs dew outside any image of ours."""
+    labels = {field: _label(environ, var) for field, var in CONTAINER_VARIABLES.items()}
+    if not (labels["variant"] or labels["image_id"]):
+        return None
     podman = Path("/run/.containerenv")
     docker = Path("/.dockerenv")
     if podman.exists():
@@ -323,8 +328,7 @@ def _container(environ: Mapping[str, str]) -> Container | None:
     elif environ.get("container"):
         engine, info = environ["container"], {}
     else:
-        return None
-    labels = {field: _label(environ, var) for field, var in CONTAINER_VARIABLES.items()}
+        engine, info = "unknown", {}
     if not labels["image_id"]:
         labels["image_id"] = info.get("imageid") or info.get("image")
     return Container(engine=engine, **labels)
