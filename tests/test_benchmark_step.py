@@ -13,7 +13,7 @@ import pytest
 
 from dew.bench.schema import read_run
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_one_cpu_smoke_case_end_to_end(tmp_path):
