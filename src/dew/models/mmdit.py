@@ -18,7 +18,7 @@ import pydantic
 from flax import nnx
 
 from dew.config import PresetConfig
-from dew.models.dit import TextPool, TimeEmbedding
+from dew.models.dit import DiTConfig, TextPool, TimeEmbedding
 from dew.models.layers.attention import (
     Attention,
     AttentionImpl,
@@ -179,31 +179,9 @@ def unpatchify(tokens: jax.Array, height: int, width: int, patch: int) -> jax.Ar
 # --------------------------------------------------------------------------------------
 
 
-class SimpleMMDiTConfig(PresetConfig):
-    objective: ClassVar[str] = "edm"
-    image_size: int = 64
-    channels: int = 3
-    patch: int = 4
-    width: int = 384
-    depth: int = 6
-    heads: int = 6
-    mlp_ratio: int = 4
-    text_width: int = 768
-    dtype: Dtype = "bfloat16"
-    attention_impl: AttentionImpl = "xla"
-
-    presets: ClassVar = {
-        "small": {},
-        "cpu-smoke": {"image_size": 16, "width": 64, "depth": 2, "heads": 2, "mlp_ratio": 2},
-    }
-
-    @pydantic.model_validator(mode="after")
-    def _check_shapes(self):
-        if self.width % self.heads:
-            raise ValueError(f"width {self.width} is not divisible by heads {self.heads}")
-        if self.image_size % self.patch:
-            raise ValueError(f"image_size {self.image_size} is not divisible by patch {self.patch}")
-        return self
+class SimpleMMDiTConfig(DiTConfig):
+    """simple_dit's geometry, presets and checks; its blocks are dual-stream (no RoPE:
+    positions are the fixed sin-cos table, so the inherited rope_theta is unused)."""
 
 
 @register("simple_mmdit", SimpleMMDiTConfig)
