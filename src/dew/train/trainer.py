@@ -13,6 +13,7 @@ preset model can be compiled (for its FLOPs and memory analysis) without being r
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from pathlib import Path
@@ -274,13 +275,19 @@ class Trainer:
 
     def mfu(self, step_seconds: float | None) -> float | None:
         """train/mfu: this step's FLOPs over the time and the device's dense bf16 peak."""
+        # no peak (a CPU, an unknown device): skip counting the FLOPs for a null anyway
+        if step_seconds is None or self._peak_flops is None:
+            return None
         from dew.telemetry.instrumentation import mfu
+
+        return mfu(self.flops, step_seconds, self.device_kind)
+
+    @functools.cached_property
+    def _peak_flops(self) -> float | None:
+        # looked up once: step() calls mfu() on every step, inside the timed windows
         from dew.telemetry.peaks import peak_bf16_flops
 
-        # no peak (a CPU, an unknown device): skip counting the FLOPs for a null anyway
-        if step_seconds is None or peak_bf16_flops(self.device_kind) is None:
-            return None
-        return mfu(self.flops, step_seconds, self.device_kind)
+        return peak_bf16_flops(self.device_kind)
 
 
 def _local_rows_to_global(host: np.ndarray, sharding: NamedSharding) -> jax.Array:
