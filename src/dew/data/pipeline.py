@@ -3,6 +3,13 @@
   MapDataset.source -> seed -> shuffle -> repeat -> random_map(decode, augment, tokenize)
   -> batch -> to_iter_dataset(ReadOptions(threads)) -> mp_prefetch(workers)
 
+Batches come back from workers through the worker's pipe, pickled, unless an array is at
+least SHARED_MEMORY_MIN_BYTES. grain's default writes every batch array into a fresh
+shared-memory block instead, which the main process maps, copies and unlinks: at 64 px a
+batch is about 100 KB, and those four blocks per batch cost the main process about 1.5 ms,
+taking CPU from the workers on a small machine (measured on 2 cores: main-process CPU per
+1000 batches 1.5 s -> 0.5 s, throughput +30%).
+
 Batching happens in the MapDataset stage, so batch b holds the same records, with the same
 augmentation, whatever the worker and thread counts (grain hands each record an rng derived
 from the seed and its position). Iterate through `open_batches`, which closes the iterator:
@@ -24,6 +31,10 @@ from dew.data.sources import PreparedTfdsSource
 from dew.data.spec import DatasetSpec, OxfordFlowers, SyntheticImages
 from dew.data.synthetic import SyntheticSource
 from dew.data.transforms import ImageTextTransform
+
+# Arrays smaller than this travel from workers pickled through a pipe; larger ones through
+# shared memory, where one copy less pays for the block's setup.
+SHARED_MEMORY_MIN_BYTES = 1 << 20
 
 
 def make_source(spec: DatasetSpec):
@@ -50,8 +61,15 @@ def build_dataset(spec: DatasetSpec, batch_size: int, *, source=None) -> grain.M
         .shuffle()
         .repeat(None)
         .random_map(transform)
-        .batch(batch_size, drop_remainder=True)
+        # A batch_fn of our own: grain's default one, once mp_prefetch asks for it, stacks
+        # straight into shared memory whatever the size (see the module docstring).
+        .batch(batch_size, drop_remainder=True, batch_fn=stack_records)
     )
+
+
+def stack_records(records: list[dict]) -> dict:
+    """A list of records -> one dict of arrays with a leading batch axis."""
+    return {key: np.stack([record[key] for record in records]) for key in records[0]}
 
 
 def _worker_init(worker_index: int, worker_count: int) -> None:
@@ -79,6 +97,9 @@ def to_iter_dataset(dataset: grain.MapDataset, spec: DatasetSpec) -> grain.IterD
     )
     if loading.workers > 0:
         _mark_absl_flags_parsed()
+        iter_dataset = grain.experimental.WithOptionsIterDataset(
+            iter_dataset, grain.experimental.DatasetOptions(min_shm_size=SHARED_MEMORY_MIN_BYTES)
+        )
         iter_dataset = iter_dataset.mp_prefetch(
             grain.MultiprocessingOptions(
                 num_workers=loading.workers, per_worker_buffer_size=loading.worker_buffer
@@ -97,7 +118,7 @@ def open_batches(spec: DatasetSpec, batch_size: int, *, source=None) -> Iterator
     """
     spec.check()
     iterator = iter(to_iter_dataset(build_dataset(spec, batch_size, source=source), spec))
-    batches = _batches(iterator, copy=spec.loading.workers > 0)
+    batches = _batches(iterator)
     try:
         yield batches
     finally:
@@ -110,12 +131,14 @@ def open_batches(spec: DatasetSpec, batch_size: int, *, source=None) -> Iterator
         gc.collect()
 
 
-def _batches(iterator: Iterator[dict], copy: bool) -> Iterator[dict]:
-    # Batches from workers are views of shared memory, freed when the view is collected;
-    # one kept past the pipeline's close would leak its block. A copy (a few hundred KB at
-    # 64 px) is the consumer's own.
+def _batches(iterator: Iterator[dict]) -> Iterator[dict]:
+    # An array from a worker's shared memory (a numpy subclass) is a view freed when the
+    # view is collected; one kept past the pipeline's close would leak its block. A copy is
+    # the consumer's own. Pickled arrays are plain ndarrays and already the consumer's.
     for batch in iterator:
-        if copy:
-            # Rebinding drops the view at once, also when an exception keeps this frame.
-            batch = {key: np.array(value) for key, value in batch.items()}
+        # Rebinding drops the view at once, also when an exception keeps this frame.
+        batch = {
+            key: value if type(value) is np.ndarray else np.array(value)
+            for key, value in batch.items()
+        }
         yield batch
