@@ -10,6 +10,7 @@ tools/benchmark_data.py times them, so the two figures compare.
 """
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -52,6 +53,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json-out", help="also write the figures to this JSON file")
     args = parser.parse_args()
     try:
         source = PreparedTfdsSource(args.path)
@@ -68,14 +70,20 @@ def main() -> int:
         now = time.perf_counter()
         intervals[i] = now - last
         last = now
+    figures = {
+        "samples_per_s": args.steps * args.batch / intervals.sum(),
+        "p50_ms": np.percentile(intervals, 50) * 1e3,
+        "p95_ms": np.percentile(intervals, 95) * 1e3,
+    }
     load = " ".join(f"{v:.2f}" for v in os.getloadavg())
     print(
         f"plain loop batch {args.batch} at {args.image_size} px: "
-        f"{args.steps * args.batch / intervals.sum():.1f} samples/s, "
-        f"p50 {np.percentile(intervals, 50) * 1e3:.2f} ms, "
-        f"p95 {np.percentile(intervals, 95) * 1e3:.2f} ms "
-        f"(load average at end {load} on {os.cpu_count()} CPUs)"
+        f"{figures['samples_per_s']:.1f} samples/s, p50 {figures['p50_ms']:.2f} ms, "
+        f"p95 {figures['p95_ms']:.2f} ms (load average at end {load} on {os.cpu_count()} CPUs)"
     )
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump(figures, f)
     return 0
 
 
