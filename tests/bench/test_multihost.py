@@ -10,6 +10,7 @@ import pytest
 
 from dew.bench.multihost import STEP_TOOL, Launch, combine
 from dew.bench.schema import StepRow, read_run
+from dew.train.distributed import EXIT_PEER_LOST
 
 
 def _row(ms, p50, **extra):
@@ -44,7 +45,7 @@ def test_compile_only_rows_pass_through():
 def test_a_killed_process_stops_the_others_and_leaves_a_partial_record(tmp_path):
     """Process 1 is killed once the first of two cases is on disk (the second is compiling,
     which takes far longer than the first's 4 steps). Process 0 must stop on
-    its own (the runtime's heartbeat), not hang until the launcher kills it, the launcher
+    its own (dew.train.distributed.PeerWatch), not hang until the launcher kills it, the launcher
     says so in one line, and the record says it is partial."""
     record = tmp_path / "step.json"
     cases = [
@@ -70,10 +71,10 @@ def test_a_killed_process_stops_the_others_and_leaves_a_partial_record(tmp_path)
                 process.kill()
 
     assert codes[1] == -signal.SIGKILL
-    assert codes[0] not in (0, -signal.SIGKILL), "process 0 did not stop on its own"
+    assert codes[0] == EXIT_PEER_LOST, "process 0 did not stop on its own"
     assert failure is not None and "\n" not in failure
-    assert failure.startswith("multihost: process 1 died of SIGKILL; process 0 ")
-    assert "heartbeats" in failure, failure
+    assert failure.startswith("multihost: process 1 died of SIGKILL; process 0 exited 3 ")
+    assert "dew: process 0 of 2 stops: process 1 stopped answering" in failure, failure
     print(failure)
 
     run = read_run(record)

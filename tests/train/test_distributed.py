@@ -3,7 +3,9 @@ against this process's 8 devices, and the environment parsing that decides wheth
 
 import json
 import math
+import signal
 import sys
+import time
 
 import pytest
 
@@ -113,3 +115,55 @@ def test_slurm_step_of_several_tasks_is_left_to_jax_detection():
 def test_contradicting_settings_name_the_variable(environ, message):
     with pytest.raises(distributed.DistributedSetupError, match=message.replace("(", r"\(")):
         distributed.detect(environ)
+
+
+# One process is killed once both have joined; the other waits on a key nobody will write.
+PEER_DIES = """
+import os, signal, sys
+from dew.train import distributed
+distributed.initialize()
+import jax
+from jax._src.distributed import global_state
+global_state.client.wait_at_barrier("joined", 60_000)
+if jax.process_index() == int(sys.argv[1]):
+    os.kill(os.getpid(), signal.SIGKILL)
+global_state.client.blocking_key_value_get("never-written", 600_000)
+"""
+
+
+def _kill_one(tmp_path, dies: int, heartbeat_s: int = 5):
+    command = [sys.executable, "-c", PEER_DIES, str(dies)]
+    launch = Launch(command, 2, 1, tmp_path, heartbeat_s=heartbeat_s, forward=False)
+    start = time.monotonic()
+    # Far past the heartbeat: a survivor still waiting then is killed, and fails the test.
+    codes, failure = launch.start().wait(timeout_s=120, grace_s=60)
+    return codes, failure, time.monotonic() - start
+
+
+def test_a_dead_peer_stops_the_other_in_one_line_within_the_heartbeat(tmp_path):
+    codes, failure, seconds = _kill_one(tmp_path, dies=1)
+
+    assert codes == [distributed.EXIT_PEER_LOST, -signal.SIGKILL], failure
+    log = (tmp_path / "process-0.log").read_text()
+    said = [line for line in log.splitlines() if line.startswith("dew:")]
+    assert said == ["dew: process 0 of 2 stops: " + said[0].split("stops: ")[1]], log
+    assert "process 1 stopped answering" in said[0], log
+    # the runtime's own fatal abort (a multi-line log and a stack dump) did not happen
+    assert "Terminating process because" not in log and "*** " not in log, log
+    assert seconds < 60, f"process 0 took {seconds:.0f} s to stop"
+    assert failure.startswith("multihost: process 1 died of SIGKILL; process 0 exited 3 (dew:")
+    print(f"{said[0]} (after {seconds:.1f} s, heartbeat 5 s)")
+
+
+def test_a_dead_coordinator_stops_the_others_at_once(tmp_path):
+    """Process 0 hosts the runtime's coordination service: its death closes every peer's
+    error stream and the runtime aborts them at once, before any watch of ours could (its
+    hook for another reaction aborts too in this jaxlib). The launcher's one line names
+    both; the runtime's own multi-line report stays in the survivor's log."""
+    codes, failure, seconds = _kill_one(tmp_path, dies=0)
+
+    assert codes[0] == -signal.SIGKILL and codes[1] not in (0, -signal.SIGKILL), failure
+    assert seconds < 60, f"process 1 took {seconds:.0f} s to stop"
+    assert failure is not None and "\n" not in failure
+    assert failure.startswith("multihost: process 0 died of SIGKILL; process 1 "), failure
+    print(f"{failure} (after {seconds:.1f} s)")

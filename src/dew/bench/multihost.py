@@ -12,7 +12,9 @@ instead of waiting forever on a peer that is gone.
 starts 2 processes of tools/benchmark_step.py with 8 / 2 simulated CPU devices each,
 forwards process 0's progress lines, prints process 0's table and checks the record
 (every row ok, one process entry per process, a spread on every row). When a process
-dies, the others stop within the runtime's heartbeat timeout and the launcher says so in
+dies, the others stop within half the heartbeat timeout, each saying so in one line
+(dew.train.distributed.PeerWatch; when the dead one is process 0, which hosts the
+runtime's coordinator, the runtime aborts them at once), and the launcher sums it up in
 one line; the record then keeps its "partial" note.
 """
 

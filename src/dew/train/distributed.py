@@ -14,18 +14,26 @@ Where the coordinator, the process count and this process's id come from, first 
 On CPU the cross-process collectives need gloo, which must be chosen before the backend
 starts. A dead peer must not hang the others: the runtime's heartbeat timeout
 (DEW_HEARTBEAT_TIMEOUT_S, default 30) makes every other process stop, and the initial
-connection gives up after DEW_INIT_TIMEOUT_S (default 300).
+connection gives up after DEW_INIT_TIMEOUT_S (default 300). Before the runtime's own
+reaction (a fatal abort: a multi-line log and a stack dump), a PeerWatch stops the
+process with one line on stderr ("dew: process 0 of 2 stops: process 1 stopped answering
+15 s ago") and EXIT_PEER_LOST: under SLURM or Kubernetes that line is what a user reads.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+import sys
+import threading
+import time
 from collections.abc import Mapping
 
 INIT_TIMEOUT_S = 300
 HEARTBEAT_TIMEOUT_S = 30
 SHUTDOWN_TIMEOUT_S = 30
+EXIT_PEER_LOST = 3  # a process stopped because the run lost a peer (or its coordinator)
 # (dew's name, JAX's name) for each setting; dew's wins where both are set.
 VARIABLES = {
     "coordinator_address": ("DEW_COORDINATOR_ADDRESS", "JAX_COORDINATOR_ADDRESS"),
@@ -142,7 +150,105 @@ def initialize(environ: Mapping[str, str] | None = None) -> Cluster | None:
         heartbeat_timeout_seconds=cluster.heartbeat_timeout_s,
         shutdown_timeout_seconds=SHUTDOWN_TIMEOUT_S,
     )
+    watch_peers(cluster)
     return cluster
+
+
+class PeerWatch:
+    """A thread that stops this process, in one line, when a peer stops answering.
+
+    The runtime's own reaction to a dead peer is a fatal abort, a multi-line log and a
+    stack dump, after the heartbeat timeout; its hook for a gentler one
+    (missed_heartbeat_callback) aborts too in this jaxlib, unable to hand Python the
+    status. So every process also beats through the key-value store every `interval_s`,
+    and a peer whose beat has not moved for `stale_s` (half the runtime's timeout, so
+    this comes first), or a coordinator that no longer answers, ends this process with
+    one line on stderr and EXIT_PEER_LOST. A process that finished marks itself done:
+    one waiting at the shutdown barrier is not lost.
+    """
+
+    def __init__(self, client, index: int, count: int, stale_s: float, interval_s: float):
+        self.client, self.index, self.stale_s, self.interval_s = client, index, stale_s, interval_s
+        self.peers = [peer for peer in range(count) if peer != index]
+        self.count = count
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="dew-peer-watch", daemon=True)
+
+    def start(self) -> PeerWatch:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop watching and tell the peers this process is done (not lost)."""
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        self._thread.join()
+        with contextlib.suppress(Exception):  # the coordinator may be gone already
+            self.client.key_value_set(_beat_key(self.index), "done", allow_overwrite=True)
+
+    def _run(self) -> None:
+        seen = {peer: (None, time.monotonic()) for peer in self.peers}
+        beat = 0
+        while not self._stop.wait(self.interval_s):
+            beat += 1
+            try:
+                self.client.key_value_set(_beat_key(self.index), str(beat), allow_overwrite=True)
+                values = {peer: self._beat_of(peer) for peer in list(seen)}
+            except Exception as error:  # the coordinator's answer, not a peer's
+                if self._stop.is_set():
+                    return
+                self._lost(f"the coordinator (process 0) no longer answers ({_first_line(error)})")
+            now = time.monotonic()
+            for peer, value in values.items():
+                if value == "done":
+                    del seen[peer]
+                elif value != seen[peer][0]:
+                    seen[peer] = (value, now)
+                elif now - seen[peer][1] > self.stale_s:
+                    self._lost(f"process {peer} stopped answering {now - seen[peer][1]:.0f} s ago")
+
+    def _beat_of(self, peer: int) -> str | None:
+        try:
+            return self.client.key_value_try_get(_beat_key(peer))
+        except Exception as error:
+            if "NOT_FOUND" in str(error):  # not beating yet
+                return None
+            raise
+
+    def _lost(self, why: str) -> None:
+        print(
+            f"dew: process {self.index} of {self.count} stops: {why}", file=sys.stderr, flush=True
+        )
+        os._exit(EXIT_PEER_LOST)  # no clean shutdown: it would wait on the peer that is gone
+
+
+def _beat_key(index: int) -> str:
+    return f"dew/alive/{index}"
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+
+
+def watch_peers(cluster: Cluster) -> PeerWatch:
+    """Start this process's PeerWatch (stopped at exit, before JAX's own shutdown)."""
+    import atexit
+
+    import jax
+    from jax._src.distributed import global_state
+
+    heartbeat = cluster.heartbeat_timeout_s
+    watch = PeerWatch(
+        global_state.client,
+        jax.process_index(),
+        jax.process_count(),
+        stale_s=heartbeat / 2,
+        interval_s=max(0.5, min(2.0, heartbeat / 10)),
+    ).start()
+    # atexit runs last-registered first: this stops before JAX's shutdown barrier.
+    atexit.register(watch.stop)
+    return watch
 
 
 def process_count() -> int:
