@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dew.bench import presets, step
+from dew.bench import presets, report, step
 from dew.bench.presets import Case
 from dew.bench.schema import StepRow, read_run, write_run
 from dew.models import registry
@@ -181,12 +181,12 @@ def test_the_table_has_the_seeds_columns_in_both_formats():
         p90_ms=19.0,
         gflop_per_step=646.4,
     )
-    tsv = step.table([row], compile_only=False, markdown=False).splitlines()
+    tsv = report.step_table([row], "tsv").splitlines()
     assert tsv[0].split("\t")[:6] == [
         "architecture", "sample", "batch", "params", "ms/step", "p10 / p50 / p90 ms"
     ]  # fmt: skip
     assert tsv[1].split("\t")[:6] == ["unet", "64x64x3", "16", "10,159,299", "16.40",
                                       "18.2 / 18.4 / 19.0"]  # fmt: skip
-    md = step.table([row], compile_only=False, markdown=True).splitlines()
+    md = report.step_table([row], "md").splitlines()
     assert md[0].startswith("| architecture |") and md[1].startswith("|---|")
     assert json.dumps(row.case) and row.case_key()[0] == "unet"

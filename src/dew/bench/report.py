@@ -1,6 +1,7 @@
 """Tables and charts of result records: the seed's layout (tab-separated) or Markdown.
 
 step_table(rows, fmt)      the step benchmark's table, columns as in the seed
+                           (compile_only=True: the --compile-only columns)
 data_table(rows, fmt)      the loader benchmark's table
 table(headers, rows, fmt)  any table: "tsv" (the seed's layout), "md", or "aligned"
 bar_chart(...)             a PNG bar chart (matplotlib, loaded only when asked)
@@ -29,6 +30,16 @@ STEP_HEADERS = (
     "peak GiB",
     "compile s",
 )
+COMPILE_HEADERS = (
+    "architecture",
+    "sample",
+    "batch",
+    "params",
+    "GFLOP/step",
+    "cost_analysis GFLOP",
+    "compiler peak GiB",
+    "compile s",
+)
 DATA_HEADERS = (
     "dataset",
     "batch",
@@ -43,7 +54,14 @@ DATA_HEADERS = (
 
 
 def num(value: float | None, digits: int = 1, suffix: str = "") -> str:
-    return MISSING if value is None else f"{value:.{digits}f}{suffix}"  # the seed: no comma
+    """`digits` decimals (the seed's figures, no thousands comma); three significant
+    digits where those decimals would keep fewer than two (a cpu-smoke 0.0123 GFLOP would
+    otherwise print as 0.0)."""
+    if value is None:
+        return MISSING
+    if value != 0 and abs(value) < 10 ** (1 - digits):
+        return f"{value:.3g}{suffix}"
+    return f"{value:.{digits}f}{suffix}"
 
 
 def count(value: int | None) -> str:
@@ -68,12 +86,26 @@ def case_label(row: StepRow) -> str:
     return row.architecture + (f" ({', '.join(parts)})" if parts else "")
 
 
-def step_table(rows: Sequence[StepRow], fmt: str = "tsv") -> str:
+def step_table(rows: Sequence[StepRow], fmt: str = "tsv", *, compile_only: bool = False) -> str:
     body = []
     for row in rows:
         if row.status == "failed":
             body.append(
                 [case_label(row), row.sample or MISSING, count(row.batch), f"failed: {row.error}"]
+            )
+            continue
+        if compile_only:
+            body.append(
+                [
+                    case_label(row),
+                    row.sample or MISSING,
+                    count(row.batch),
+                    count(row.params),
+                    num(row.gflop_per_step),
+                    num(row.cost_analysis_gflop),
+                    num(row.compiler_peak_gib, 2),
+                    num(row.compile_s),
+                ]
             )
             continue
         percentiles = " / ".join(num(v) for v in (row.p10_ms, row.p50_ms, row.p90_ms))
@@ -92,7 +124,7 @@ def step_table(rows: Sequence[StepRow], fmt: str = "tsv") -> str:
                 num(row.compile_s),
             ]
         )
-    return table(STEP_HEADERS, body, fmt)
+    return table(COMPILE_HEADERS if compile_only else STEP_HEADERS, body, fmt)
 
 
 def data_table(rows: Sequence[DataRow], fmt: str = "tsv") -> str:

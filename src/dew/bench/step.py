@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dew.bench import presets as presets_module
+from dew.bench import report
 from dew.bench.presets import Case
 from dew.bench.schema import SCHEMA_VERSION, BenchmarkRun, Settings, StepRow, read_run, write_run
 
@@ -452,27 +453,17 @@ def previous_rows(json_out: str | None) -> dict[tuple, StepRow]:
 
 
 def progress_line(index: int, total: int, row: StepRow, seconds: float) -> str:
-    head = f"[{index}/{total}] {_case_label_row(row)}: {row.status}"
+    head = f"[{index}/{total}] {report.case_label(row)}: {row.status}"
     if row.status != "ok":
         return f"{head} ({seconds:.1f} s): {row.error}"
     parts = []
     if row.ms_per_step is not None:
-        parts.append(f"{_number(row.ms_per_step, 2)} ms/step")
+        parts.append(f"{report.num(row.ms_per_step, 2)} ms/step")
     if row.gflop_per_step is not None:
-        parts.append(f"{_number(row.gflop_per_step)} GFLOP")
+        parts.append(f"{report.num(row.gflop_per_step)} GFLOP")
     if row.compile_s is not None:
         parts.append(f"compile {row.compile_s:.1f} s")
     return f"{head} ({seconds:.1f} s) " + ", ".join(parts)
-
-
-def _case_label_row(row: StepRow) -> str:
-    extra = {k: v for k, v in (row.case or {}).items() if k != "batch"}
-    if row.head_chunks:
-        extra["head_chunks"] = row.head_chunks
-    if row.attention_impl:
-        extra["attention_impl"] = row.attention_impl
-    settings = ", ".join(f"{k}={v}" for k, v in extra.items())
-    return f"{row.architecture} ({settings})" if settings else row.architecture
 
 
 def run(
@@ -527,91 +518,10 @@ def run(
         if not leader:
             continue
         if key in done:
-            log(f"[{index}/{len(cases)}] {_case_label_row(row)}: ok in {json_out}, skipped")
+            log(f"[{index}/{len(cases)}] {report.case_label(row)}: ok in {json_out}, skipped")
         else:
             log(progress_line(index, len(cases), row, time.perf_counter() - start))
     return BenchmarkRun.model_validate(record)
-
-
-# --- the table -------------------------------------------------------------------------------
-
-
-def _number(value: float | None, digits: int = 1) -> str:
-    if value is None:
-        return "-"
-    if value != 0 and abs(value) < 1:  # cpu-smoke figures: keep three significant digits
-        return f"{value:.3g}"
-    return f"{value:.{digits}f}"
-
-
-def table(rows: Sequence[StepRow], *, compile_only: bool, markdown: bool) -> str:
-    """The rows in the seed's layout (tab-separated), or as a Markdown table."""
-    if compile_only:
-        header = [
-            "architecture",
-            "sample",
-            "batch",
-            "params",
-            "GFLOP/step",
-            "cost_analysis GFLOP",
-            "compiler peak GiB",
-            "compile s",
-            "status",
-        ]
-    else:
-        header = [
-            "architecture",
-            "sample",
-            "batch",
-            "params",
-            "ms/step",
-            "p10 / p50 / p90 ms",
-            "samples/s",
-            "GFLOP/step",
-            "util",
-            "peak GiB",
-            "compile s",
-            "status",
-        ]
-    lines = []
-    for row in rows:
-        status = row.status if row.status == "ok" else f"failed: {row.error}"
-        common = [
-            _case_label_row(row),
-            row.sample or "-",
-            str(row.batch or (row.case or {}).get("batch", "-")),
-            f"{row.params:,}" if row.params is not None else "-",
-        ]
-        if compile_only:
-            cells = common + [
-                _number(row.gflop_per_step),
-                _number(row.cost_analysis_gflop),
-                _number(row.compiler_peak_gib, 2),
-                _number(row.compile_s),
-                status,
-            ]
-        else:
-            spread = (
-                " / ".join(_number(v) for v in (row.p10_ms, row.p50_ms, row.p90_ms))
-                if row.p50_ms is not None
-                else "-"
-            )
-            cells = common + [
-                _number(row.ms_per_step, 2),
-                spread,
-                _number(row.samples_per_s),
-                _number(row.gflop_per_step),
-                f"{row.util * 100:.1f}%" if row.util is not None else "-",
-                _number(row.peak_gib, 2),
-                _number(row.compile_s),
-                status,
-            ]
-        lines.append(cells)
-    if markdown:
-        out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        out += ["| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |" for cells in lines]
-        return "\n".join(out)
-    return "\n".join("\t".join(cells) for cells in [header, *lines])
 
 
 def exit_code(record: BenchmarkRun) -> int:
@@ -824,7 +734,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     if distributed.process_index() != 0:  # process 0 prints the table for the run
         return exit_code(record)
-    print(table(record.rows, compile_only=options.compile_only, markdown=args.format == "md"))
+    print(report.step_table(record.rows, args.format, compile_only=options.compile_only), end="")
     return exit_code(record)
 
 
