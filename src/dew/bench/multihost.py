@@ -108,8 +108,12 @@ def combine(rows: Sequence[StepRow]) -> StepRow:
 
 # --- the loopback launcher ---------------------------------------------------------------
 
-# absl log lines, their stack traces and gloo's connection chatter: kept in the logs only.
-_NOISE = re.compile(r"^([IWEF]\d{4} |\s+@ |\[Gloo\]|\*\*\* |=== |RPC: |external/|$)")
+# absl log lines, their stack traces and gloo's connection chatter (whose lines processes'
+# threads can interleave, "[Gloo] Rank " left on the line before): kept in the logs only.
+_NOISE = re.compile(
+    r"^([IWEF]\d{4} |\s+@ |\[Gloo\]|\*\*\* |=== |RPC: |external/|$"
+    r"|(.*Rank )?\d+ is connected to \d+ peer ranks)"
+)
 _FATAL = re.compile(r"Terminating process because (.*?)(\. This most likely|$)")
 _UNHEALTHY = re.compile(r"tasks are unhealthy \(stopped sending heartbeats\):")
 
