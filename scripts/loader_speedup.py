@@ -53,7 +53,9 @@ def run_loader(args, workers: int, out: Path) -> dict:
     command += ["--batch", str(args.batch), "--data.image-size", str(args.image_size)]
     command += ["--steps", str(args.steps), "--warmup", str(args.warmup)]
     command += ["--data.loading.workers", str(workers), "--data.path", args.path]
-    command += ["--data.loading.threads", str(args.threads), "--json-out", str(out)]
+    if args.threads is not None:
+        command += ["--data.loading.threads", str(args.threads)]
+    command += ["--json-out", str(out)]
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return json.loads(out.read_text())["rows"][0]
 
@@ -66,7 +68,9 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--image-size", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=2, help="data.loading.threads")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="data.loading.threads (default: the tool's)"
+    )
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 2])
     args = parser.parse_args()
     if not (Path(args.path) / "dataset_info.json").is_file():

@@ -31,7 +31,20 @@ def test_bad_loading_is_one_line(loading, message):
 def test_loading_is_capped_to_the_machine():
     capped, notices = Loading(workers=32, threads=1).capped_to_machine(cpus=2)
     assert (capped.workers, capped.threads) == (2, 1)
-    assert notices == ["data.loading.workers 32 capped to 2 (CPUs here)"]
+    assert notices == ["data.loading.workers 32 capped to 2 (2 CPUs here)"]
+
+
+def test_threads_share_the_cpus_with_the_workers():
+    capped, notices = Loading(workers=32, threads=64).capped_to_machine(cpus=8)
+    assert (capped.workers, capped.threads) == (8, 1)
+    assert notices[1] == "data.loading.threads 64 capped to 1 (8 CPUs over 8 workers)"
+    capped, _ = Loading(workers=2, threads=64).capped_to_machine(cpus=8)
+    assert (capped.workers, capped.threads) == (2, 4)
+    capped, notices = Loading(workers=0, threads=64).capped_to_machine(cpus=8)
+    assert (capped.workers, capped.threads) == (0, 8)
+    assert notices == ["data.loading.threads 64 capped to 8 (8 CPUs here)"]
+    capped, notices = Loading(workers=2, threads=0).capped_to_machine(cpus=8)
+    assert (capped.workers, capped.threads, notices) == (2, 0, [])
 
 
 def test_read_ahead_defaults_to_twice_the_threads():

@@ -45,16 +45,24 @@ class Loading(Config):
         return self.read_buffer if self.read_buffer is not None else max(2 * self.threads, 2)
 
     def capped_to_machine(self, cpus: int | None = None) -> tuple[Loading, list[str]]:
-        """Workers and threads capped to the CPU count, with one notice per capped value."""
+        """Workers capped to the CPU count, and threads so that every process's threads
+        together do not outnumber the CPUs (workers x threads <= CPUs, at least 1 thread
+        each); one notice per capped value. Threads beyond the cores slow a CPU-bound decode
+        down: on 2 CPUs one worker with 2 threads spent 1.6 ms of CPU a record against 1.1
+        in one thread."""
         cpus = cpus or os.cpu_count() or 1
+        workers = min(self.workers, cpus)
+        threads = min(self.threads, max(1, cpus // max(workers, 1)))
         notices = []
-        changes = {}
-        for name in ("workers", "threads"):
-            value = getattr(self, name)
-            if value > cpus:
-                changes[name] = cpus
-                notices.append(f"data.loading.{name} {value} capped to {cpus} (CPUs here)")
-        return self.model_copy(update=changes), notices
+        for name, value, capped in (
+            ("workers", self.workers, workers),
+            ("threads", self.threads, threads),
+        ):
+            if capped != value:
+                share = name == "threads" and workers > 1
+                why = f"{cpus} CPUs over {workers} workers" if share else f"{cpus} CPUs here"
+                notices.append(f"data.loading.{name} {value} capped to {capped} ({why})")
+        return self.model_copy(update={"workers": workers, "threads": threads}), notices
 
 
 class DatasetSpec(Config):
