@@ -152,3 +152,29 @@ def test_bad_input_is_one_line(prepared, tmp_path, capsys, extra, expected):
     stderr = capsys.readouterr().err.strip().splitlines()
     assert len(stderr) == 1, stderr
     assert expected.format(**places) in stderr[0]
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (
+            ["data:flowers"],
+            "error: Unrecognized options: data:flowers; Available subcommands: "
+            "data:oxford-flowers, data:synthetic-images",
+        ),
+        ([], "error: Expected one of {data:oxford-flowers, data:synthetic-images}."),
+        (
+            ["data:oxford-flowers", "--data.loading.workers", "two"],
+            "error: Error parsing --data.loading.workers: invalid literal for int()",
+        ),
+        (["data:oxford-flowers", "--bogus", "3"], "error: Unrecognized options: --bogus, 3"),
+    ],
+    ids=["unknown-dataset", "no-dataset", "workers-not-a-number", "unknown-flag"],
+)
+def test_bad_command_line_is_one_line(capsys, argv, expected):
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    stderr = captured.err.strip().splitlines()
+    assert len(stderr) == 1, stderr
+    assert stderr[0].startswith(expected), stderr[0]
+    assert captured.out == ""

@@ -27,6 +27,7 @@ from typing import Annotated
 import numpy as np
 import tyro
 
+from dew.bench import cli
 from dew.bench.schema import BenchmarkRun, DataRow, Settings, StepRow, read_run, write_run
 from dew.data.pipeline import make_source, open_batches
 from dew.data.spec import DatasetSpec, OxfordFlowers, SyntheticImages
@@ -139,12 +140,10 @@ class Args:
     """a step-benchmark results file: print per architecture whether the loader keeps up."""
 
 
-def parse_args(argv: list[str] | None = None) -> Args:
-    return tyro.cli(
-        Args,
-        args=argv,
-        prog="benchmark_data.py",
-        config=(tyro.conf.CascadeSubcommandArgs,),
+def parse_args(argv: list[str]) -> Args:
+    """tyro's parse of the seed's syntax; bad input raises cli.UsageError (one line)."""
+    return cli.parse(
+        Args, argv, prog="tools/benchmark_data.py", config=(tyro.conf.CascadeSubcommandArgs,)
     )
 
 
@@ -211,5 +210,12 @@ def run(args: Args, argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    return run(parse_args(argv), argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        args = parse_args(argv)
+    except cli.UsageError as e:
+        _say(f"error: {e}")
+        return 2
+    except SystemExit as stop:  # --help
+        return int(stop.code or 0)
+    return run(args, argv)

@@ -29,8 +29,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from dew.bench import cli, report
 from dew.bench import presets as presets_module
-from dew.bench import report
+from dew.bench.cli import UsageError
 from dew.bench.presets import Case
 from dew.bench.schema import SCHEMA_VERSION, BenchmarkRun, Settings, StepRow, read_run, write_run
 
@@ -598,44 +599,9 @@ class Args:
     """sample the host before measuring: refuse (error), warn, or skip the check"""
 
 
-class UsageError(ValueError):
-    """Bad command-line input: one line on stderr, exit 2."""
-
-
 def parse_args(argv: Sequence[str]) -> Args:
     """tyro's parse, with its error boxes turned into one line (raises UsageError)."""
-    import contextlib
-    import io
-
-    import tyro
-
-    captured = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(captured), contextlib.redirect_stdout(captured):
-            return tyro.cli(Args, args=list(argv), prog="tools/benchmark_step.py")
-    except SystemExit as stop:
-        if not stop.code:  # --help
-            print(captured.getvalue(), end="")
-            raise
-        raise UsageError(_first_message(captured.getvalue())) from None
-
-
-def _first_message(boxed: str) -> str:
-    """The message of tyro's first error box, as one line.
-
-    tyro draws a title, a rule, the message, a rule, then help text; with UTF-8 boxes or
-    plain ASCII depending on the terminal, so only the rules and box edges are relied on.
-    """
-    lines = [line.strip(" │╭╮╰╯") for line in boxed.splitlines()]
-    lines = [line for line in lines if line]
-    words: list[str] = []
-    for line in lines[1:]:  # lines[0] is the box's title ("Invalid choice")
-        if set(line) <= {"─", "-", " "}:
-            if words:
-                break
-            continue
-        words.append(line)
-    return " ".join(words) or " ".join(lines)
+    return cli.parse(Args, argv, prog="tools/benchmark_step.py")
 
 
 def options_from(args: Args) -> tuple[Options, tuple[Case, ...]]:
