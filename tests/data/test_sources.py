@@ -50,6 +50,8 @@ def test_split_lengths_come_from_dataset_info(prepared_dir, written_records):
     both = PreparedTfdsSource(prepared_dir, "validation+test")
     assert len(both) == 156
     assert both[56]["image"] == written_records["test"][0]["image"]
+    with pytest.raises(IndexError, match="record 156 outside the 156 records"):
+        both[156]
 
     info = json.loads((prepared_dir / "dataset_info.json").read_text())
     assert [s["shardLengths"] for s in info["splits"]] == [

@@ -93,6 +93,8 @@ class PreparedTfdsSource:
         return self._length
 
     def __getitem__(self, index: int) -> dict:
+        if not 0 <= index < self._length:
+            raise IndexError(f"record {index} outside the {self._length} records of {self.path}")
         shard = bisect.bisect_right(self.shard_starts, index) - 1
         reader = self._readers.get(shard)
         if reader is None:
