@@ -1,12 +1,15 @@
 """The grain pipeline: batches independent of workers and threads, records and captions
 right, a corrupt record named, nothing left running after close."""
 
+import fcntl
 import multiprocessing
+import os
+import time
 
 import numpy as np
 import pytest
 
-from dew.data.pipeline import open_batches
+from dew.data.pipeline import WORKER_PIPE_BYTES, grow_pipes, open_batches, shared_memory_min_bytes
 from dew.data.sources import DataError, PreparedTfdsSource, write_prepared
 from dew.data.spec import Loading, OxfordFlowers
 from dew.data.synthetic import CLASS_NAMES, synthetic_record
@@ -80,3 +83,26 @@ def test_a_corrupt_jpeg_fails_with_its_record_index(tmp_path):
     spec = OxfordFlowers(path=str(path), loading=Loading(workers=0, threads=2))
     with pytest.raises(DataError, match=r"^record 5 \(image_00006.jpg\): cannot decode its JPEG"):
         take(spec, 4)
+
+
+def test_workers_stop_at_close_without_waiting_for_a_reader(prepared_dir):
+    # A 64 px batch (about 100 KB) comes through the worker's pipe pickled; in the kernel's
+    # default 64 KiB pipe the worker could not exit before grain killed it, 25 s later.
+    spec = OxfordFlowers(path=str(prepared_dir), loading=Loading(workers=2, threads=0))
+    assert BATCH * 64 * 64 * 3 < shared_memory_min_bytes(spec.loading.worker_buffer)
+    with open_batches(spec, BATCH) as batches:
+        next(batches)
+        started = time.monotonic()
+    assert time.monotonic() - started < 10
+    assert multiprocessing.active_children() == []
+
+
+def test_grown_pipes_hold_the_batches_in_flight():
+    read, write = os.pipe()
+    try:
+        grow_pipes()
+        assert fcntl.fcntl(write, fcntl.F_GETPIPE_SZ) == WORKER_PIPE_BYTES
+    finally:
+        os.close(read)
+        os.close(write)
+    assert shared_memory_min_bytes(worker_buffer=3) == WORKER_PIPE_BYTES // 4

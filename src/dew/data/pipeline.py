@@ -3,12 +3,18 @@
   MapDataset.source -> seed -> shuffle -> repeat -> random_map(decode, augment, tokenize)
   -> batch -> to_iter_dataset(ReadOptions(threads)) -> mp_prefetch(workers)
 
-Batches come back from workers through the worker's pipe, pickled, unless an array is at
-least SHARED_MEMORY_MIN_BYTES. grain's default writes every batch array into a fresh
-shared-memory block instead, which the main process maps, copies and unlinks: at 64 px a
-batch is about 100 KB, and those four blocks per batch cost the main process about 1.5 ms,
-taking CPU from the workers on a small machine (measured on 2 cores: main-process CPU per
-1000 batches 1.5 s -> 0.5 s, throughput +30%).
+Batches come back from workers through the worker's pipe, pickled, unless an array is too
+large for the pipe (`shared_memory_min_bytes`). grain's default writes every batch array
+into a fresh shared-memory block instead, which the main process maps, copies and unlinks:
+at 64 px a batch is about 100 KB, and those four blocks per batch cost the main process
+about 1.5 ms, taking CPU from the workers on a small machine (measured on 2 cores:
+main-process CPU per 1000 batches 1.5 s -> 0.5 s, throughput +30%).
+
+A pickled batch must fit in the pipe whole: a worker that is told to stop exits only once
+its queue's feeder thread has written what it holds, and at close nobody reads any more.
+With the kernel's 64 KiB pipe a 100 KB batch kept each worker alive until grain killed it
+25 s later; workers grow their pipes to WORKER_PIPE_BYTES, and arrays that would not fit
+the batches a worker keeps in flight go through shared memory.
 
 Batching happens in the MapDataset stage, so batch b holds the same records, with the same
 augmentation, whatever the worker and thread counts (grain hands each record an rng derived
@@ -19,8 +25,10 @@ an unclosed multi-worker iterator leaves processes, threads and shared memory be
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import gc
 import os
+import stat
 from collections.abc import Iterator
 
 import grain
@@ -32,9 +40,9 @@ from dew.data.spec import DatasetSpec, OxfordFlowers, SyntheticImages
 from dew.data.synthetic import SyntheticSource
 from dew.data.transforms import ImageTextTransform
 
-# Arrays smaller than this travel from workers pickled through a pipe; larger ones through
-# shared memory, where one copy less pays for the block's setup.
-SHARED_MEMORY_MIN_BYTES = 1 << 20
+# The pipe each worker sends its batches through, grown from the kernel's 64 KiB (1 MiB is
+# Linux's default /proc/sys/fs/pipe-max-size, which unprivileged processes may reach).
+WORKER_PIPE_BYTES = 1 << 20
 
 
 def make_source(spec: DatasetSpec):
@@ -72,7 +80,39 @@ def stack_records(records: list[dict]) -> dict:
     return {key: np.stack([record[key] for record in records]) for key in records[0]}
 
 
+def grow_pipes(size: int = WORKER_PIPE_BYTES) -> None:
+    """Give every pipe this process holds a `size`-byte buffer (Linux; elsewhere nothing).
+
+    Where a pipe cannot grow, shared_memory_min_bytes has already sent the batches through
+    shared memory, so a failure here is not an error.
+    """
+    if not hasattr(fcntl, "F_SETPIPE_SZ"):
+        return
+    for name in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the listing's own fd is closed by now
+            fd = int(name)
+            if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, size)
+
+
+def shared_memory_min_bytes(worker_buffer: int) -> int:
+    """The smallest array a worker sends through shared memory rather than its pipe: what
+    leaves the batches it may have in flight (worker_buffer) room in a grown pipe. 0 (all
+    through shared memory, grain's default) where pipes cannot grow."""
+    read, write = os.pipe()
+    try:
+        fcntl.fcntl(write, fcntl.F_SETPIPE_SZ, WORKER_PIPE_BYTES)
+    except (AttributeError, OSError):
+        return 0
+    finally:
+        os.close(read)
+        os.close(write)
+    return WORKER_PIPE_BYTES // (worker_buffer + 1)
+
+
 def _worker_init(worker_index: int, worker_count: int) -> None:
+    # The batch queue's pipe came with the process; grow it before the first batch.
+    grow_pipes()
     # Workers only decode images: keep them off any accelerator, whose memory they would
     # otherwise take when something in them first touches jax.
     os.environ["JAX_PLATFORMS"] = "cpu"
@@ -98,7 +138,10 @@ def to_iter_dataset(dataset: grain.MapDataset, spec: DatasetSpec) -> grain.IterD
     if loading.workers > 0:
         _mark_absl_flags_parsed()
         iter_dataset = grain.experimental.WithOptionsIterDataset(
-            iter_dataset, grain.experimental.DatasetOptions(min_shm_size=SHARED_MEMORY_MIN_BYTES)
+            iter_dataset,
+            grain.experimental.DatasetOptions(
+                min_shm_size=shared_memory_min_bytes(loading.worker_buffer)
+            ),
         )
         iter_dataset = iter_dataset.mp_prefetch(
             grain.MultiprocessingOptions(
