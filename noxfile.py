@@ -139,6 +139,8 @@ def schema(session: nox.Session) -> None:
 # --- containers and benchmark sessions ----------------------------------------------------
 
 SMOKE_ENV = {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
+# The image side of the cpu-smoke preset's samples (16x16x3, 4x16x16x3 for video).
+SMOKE_IMAGE_SIZE = 16
 # The oldest driver each CUDA variant's wheels run on.
 MIN_DRIVER = {"cuda12": 525, "cuda13": 580}
 
@@ -286,7 +288,8 @@ def base_image(session: nox.Session) -> None:
 
 @nox.session(name="cpu-smoke", python=PYTHON)
 def cpu_smoke(session: nox.Session) -> None:
-    """Tiny models of every architecture on 8 simulated CPU devices, in the cpu image.
+    """Tiny models of every architecture on 8 simulated CPU devices, in the cpu image, then
+    the loader on synthetic JPEGs at their image size with the keep-up verdict.
 
     `-- [--base-image REF] [benchmark_step.py flags]`; DEW_ENGINE=docker|podman|none.
     """
@@ -308,6 +311,13 @@ def cpu_smoke(session: nox.Session) -> None:
     run_dir = new_run_dir("cpu-smoke", "cpu")
     smoke = ["--steps", "2", "--idle-check", "warn", *args]
     step_benchmark(runner, run_dir, "cpu-smoke", smoke, SMOKE_ENV)
+    # Then the loader at the smoke models' image size, on JPEG records it makes in memory
+    # (no dataset to mount), in process and with 2 workers, against the rows just written.
+    synthetic = ["data:synthetic-images", "--data.num-records", "512"]
+    loader_benchmark(
+        runner, run_dir, synthetic, image_size=SMOKE_IMAGE_SIZE, workers=(0, 2),
+        against=run_dir / "step.json",
+    )  # fmt: skip
 
 
 @nox.session(name="multihost-smoke", python=PYTHON)
@@ -384,7 +394,8 @@ def bench_gpu(session: nox.Session) -> None:
         runner, run_dir, "small", ["--idle-check", "error", *args], {"JAX_PLATFORMS": "cuda"}
     )
     if data_path:
-        loader_benchmark(runner, run_dir, "/data", against=run_dir / "step.json")
+        flowers = ["data:oxford-flowers", "--data.path", "/data"]
+        loader_benchmark(runner, run_dir, flowers, against=run_dir / "step.json")
     compare_with_published(runner, run_dir)
 
 
@@ -417,21 +428,24 @@ def compare_with_published(runner: Runner, run_dir: pathlib.Path, reference=None
     )  # fmt: skip
 
 
-def loader_benchmark(runner: Runner, run_dir, data_path: str, against=None, args=()) -> None:
-    """tools/benchmark_data.py with the seed's settings: at 0 and 8 workers (the published
-    table's two rows) unless the workers are given."""
+def loader_benchmark(
+    runner: Runner, run_dir, dataset, *, image_size=64, workers=(0, 8), against=None, args=()
+) -> None:
+    """tools/benchmark_data.py with the seed's settings (batch 8, 100 steps after 5) for
+    `dataset` (its subcommand and flags), once per worker count (the published table's 0
+    and 8) unless `args` give the workers; with the keep-up verdict against a step record."""
     if not (ROOT / "tools" / "benchmark_data.py").exists():
         runner.session.error("tools/benchmark_data.py is missing from this checkout")
     extra = ["--against", runner.path(against)] if against and against.exists() else []
     given = any(arg.startswith("--data.loading.workers") for arg in args)
-    for workers in [None] if given else [0, 8]:
-        name = "data" if workers is None else f"data-workers-{workers}"
-        chosen = [] if workers is None else ["--data.loading.workers", str(workers)]
+    for count in [None] if given else workers:
+        name = "data" if count is None else f"data-workers-{count}"
+        chosen = [] if count is None else ["--data.loading.workers", str(count)]
         data_json = run_dir / f"{name}.json"
         runner.python(
-            "tools/benchmark_data.py", "data:oxford-flowers", "--batch", "8",
-            "--data.image-size", "64", "--steps", "100", "--warmup", "5",
-            "--data.path", data_path, "--json-out", runner.path(data_json), *chosen, *extra,
+            "tools/benchmark_data.py", *dataset, "--batch", "8",
+            "--data.image-size", str(image_size), "--steps", "100", "--warmup", "5",
+            "--json-out", runner.path(data_json), *chosen, *extra,
             *args, env={"JAX_PLATFORMS": "cpu"}, stdout_to=run_dir / f"{name}.md",
         )  # fmt: skip
         runner.python("-m", "dew.bench.validate", runner.path(data_json))
@@ -461,7 +475,8 @@ def bench_data(session: nox.Session) -> None:
         mounts = [(pathlib.Path(data_path), "/data", "ro")]
         image = build_image(session, engine, "cpu", base)
         runner, inside = Runner(session, engine, image, mounts=mounts), "/data"
-    loader_benchmark(runner, new_run_dir("data", "cpu"), inside, args=args)
+    flowers = ["data:oxford-flowers", "--data.path", inside]
+    loader_benchmark(runner, new_run_dir("data", "cpu"), flowers, args=args)
 
 
 @nox.session(python=PYTHON)
