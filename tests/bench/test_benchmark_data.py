@@ -43,7 +43,11 @@ def test_seed_syntax_writes_a_valid_record_and_the_verdict(prepared, tmp_path, c
     video = StepRow(status="ok", architecture="video_dit", sample="4x64x64x3", samples_per_s=1e9)
     small = StepRow(status="ok", architecture="tiny_unet", sample="32x32x3", samples_per_s=5.0)
     failed = StepRow(status="failed", architecture="broken", sample="64x64x3", error="OOM")
-    against = write_record(tmp_path / "step.json", step_run([slow, fast, video, small, failed]))
+    tokens = StepRow(
+        status="ok", architecture="lm", sample="16 tokens", samples_per_s=5.0, case={"moe": True}
+    )
+    rows = [slow, fast, video, small, failed, tokens]
+    against = write_record(tmp_path / "step.json", step_run(rows))
     out = tmp_path / "data.json"
     argv = SEED_SYNTAX.split() + ["--data.loading.workers", "0", "--data.loading.threads", "1"]
     argv += [
@@ -72,13 +76,15 @@ def test_seed_syntax_writes_a_valid_record_and_the_verdict(prepared, tmp_path, c
 
     stdout = capsys.readouterr().out
     verdicts = keep_up_verdicts(row, against)
-    assert [line in stdout for line in verdicts] == [True] * 5
+    assert [line in stdout for line in verdicts] == [True] * 6
     by_arch = {line.split()[0]: line for line in verdicts}
     assert "keeps up" in by_arch["slow_dit"]
     assert "starves the model" in by_arch["fast_dit"]
     assert "starves the model" in by_arch["video_dit"]  # compared at its frames' size
     assert "not compared" in by_arch["tiny_unet"]
     assert "no samples/s" in by_arch["broken"]
+    assert by_arch["lm"].startswith("lm (moe)")
+    assert "not compared: its samples are not images" in by_arch["lm"]
 
 
 def test_synthetic_images_in_memory(capsys):

@@ -28,6 +28,7 @@ import numpy as np
 import tyro
 
 from dew.bench import cli
+from dew.bench.report import case_label
 from dew.bench.schema import BenchmarkRun, DataRow, Settings, StepRow, read_run, write_run
 from dew.data.pipeline import make_source, open_batches
 from dew.data.spec import DatasetSpec, OxfordFlowers, SyntheticImages
@@ -99,9 +100,12 @@ def keep_up_verdicts(row: DataRow, step_run: BenchmarkRun) -> list[str]:
     for step in step_run.rows:
         if not isinstance(step, StepRow):
             continue
-        name = f"{step.architecture:<24} {step.sample or '?':>14}"
+        name = f"{case_label(step):<24} {step.sample or '?':>14}"
         if step.status != "ok" or not step.samples_per_s:
             lines.append(f"{name}  no samples/s in the step results ({step.status})")
+            continue
+        if _spatial(step.sample) is None:
+            lines.append(f"{name}  not compared: its samples are not images")
             continue
         if _spatial(step.sample) != (row.image_size, row.image_size):
             lines.append(
