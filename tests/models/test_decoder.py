@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from dew.bench.presets import MOE_CASES
 from dew.models.decoder import CausalTransformer, CausalTransformerConfig, MixtureOfExperts
 from dew.train.trainer import Trainer
 
@@ -26,7 +27,7 @@ def test_small_params_match_published_and_the_formula():
 
 def test_moe_params_follow_from_the_dense_count():
     dense = CausalTransformerConfig.preset("small")
-    moe = CausalTransformerConfig.preset("small", **CausalTransformerConfig.moe_case)
+    moe = CausalTransformerConfig.preset("small", **MOE_CASES["causal_transformer"])
     sparse_layers = sum(moe.is_sparse(i) for i in range(moe.depth))
     assert sparse_layers == 1
     extra = (moe.experts - 1) * 3 * moe.width * moe.mlp_hidden + moe.width * moe.experts
@@ -70,7 +71,7 @@ def test_head_chunks_keep_the_loss_and_lower_the_peak():
 
 
 def test_head_chunks_must_divide_the_sequence():
-    with pytest.raises(ValueError, match="head_chunks 3 does not divide seq_len 16"):
+    with pytest.raises(ValueError, match="seq_len 16 is not divisible by head_chunks 3"):
         CausalTransformerConfig.preset("cpu-smoke", head_chunks=3)
 
 

@@ -53,11 +53,13 @@ def small():
     return trainer
 
 
+@pytest.mark.slow
 def test_small_params_follow_the_formula(small):
     assert expected_params(small.config) == 74_029_443  # the spec's replica figure
     assert small.param_counts == {"backbone": expected_params(small.config), "condition": 0}
 
 
+@pytest.mark.slow
 def test_small_gflop_per_step_follows_the_formula(small):
     assert expected_flops(small.config, BATCH) == 1_724_362_260_480  # spec: 1724.362
     assert small.flops == expected_flops(small.config, BATCH)
@@ -92,6 +94,7 @@ def test_denoising_a_canvas_ignores_the_clean_canvases_from_its_own_on():
     assert not np.allclose(a[:, n:], b[:, n:], atol=1e-3)  # canvas 1 sees clean canvas 0
 
 
+@pytest.mark.slow
 def test_cpu_smoke_trains_three_steps_sharded_over_8_devices():
     trainer = Trainer(
         "diffusion_gemma", preset="cpu-smoke", mesh=MeshSpec(fsdp=8), compilation_cache_dir=None

@@ -13,8 +13,8 @@ from dew.train.trainer import Trainer
 # (architecture, published params, published GFLOP/step) at batch 16, 64×64×3.
 PUBLISHED = [
     ("simple_dit", 19_835_568, 292.9),
-    ("simple_udit", 23_381_424, 363.1),
-    ("hybrid_dit", 19_344_048, 244.6),
+    pytest.param("simple_udit", 23_381_424, 363.1, marks=pytest.mark.slow),
+    pytest.param("hybrid_dit", 19_344_048, 244.6, marks=pytest.mark.slow),
 ]
 
 

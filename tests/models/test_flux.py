@@ -53,6 +53,7 @@ def flux_gflop(c: FluxConfig, batch: int) -> float:
     return (double + single + attention + modulation + embed + head) / 1e9
 
 
+@pytest.mark.slow
 def test_params_follow_the_formula_and_the_replica_figure():
     expected = flux_params(FluxConfig.preset("small"))
     assert expected == 25_463_872  # the spec's replica figure
@@ -60,6 +61,7 @@ def test_params_follow_the_formula_and_the_replica_figure():
     assert trainer.param_counts == {"backbone": expected, "condition": 0}
 
 
+@pytest.mark.slow
 @LONG_COMPILES
 def test_gflop_follows_the_formula_and_the_replica_figure():
     expected = flux_gflop(FluxConfig.preset("small"), batch=4)
@@ -69,6 +71,7 @@ def test_gflop_follows_the_formula_and_the_replica_figure():
     assert trainer.flops / 1e9 == pytest.approx(expected, rel=1e-3)
 
 
+@pytest.mark.slow
 def test_cpu_smoke_trains_three_steps_on_8_devices():
     trainer = Trainer(
         "flux_transformer", preset="cpu-smoke", mesh=MeshSpec(fsdp=8), compilation_cache_dir=None

@@ -33,6 +33,7 @@ def small(request):
     return name, trainer
 
 
+@pytest.mark.slow
 def test_small_params_match_published(small):
     name, trainer = small
     # The EMA target encoder is state, not parameters.
@@ -40,6 +41,7 @@ def test_small_params_match_published(small):
     assert trainer.abstract_state.ema is not None
 
 
+@pytest.mark.slow
 def test_small_gflop_per_step_within_0_1_percent(small):
     name, trainer = small
     assert trainer.flops / 1e9 == pytest.approx(PUBLISHED[name][1], rel=1e-3)
@@ -106,6 +108,7 @@ def test_ema_starts_at_momentum_0_996():
     np.testing.assert_allclose(updated["w"], 1 - MOMENTUM_START, rtol=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
 def test_cpu_smoke_trains_three_steps_sharded_over_8_devices(name):
     trainer = Trainer(name, preset="cpu-smoke", mesh=MeshSpec(fsdp=8), compilation_cache_dir=None)

@@ -24,21 +24,25 @@ def _compiled_small(architecture: str, batch: int) -> Trainer:
     return trainer
 
 
+@pytest.mark.slow
 def test_simple_mmdit_params_match_published():
     trainer = Trainer("simple_mmdit", preset="small", compilation_cache_dir=None)
     assert trainer.param_counts == {"backbone": 36_385_584, "condition": 0}
 
 
+@pytest.mark.slow
 def test_hierarchical_mmdit_params_match_published():
     trainer = Trainer("hierarchical_mmdit", preset="small", compilation_cache_dir=None)
     assert trainer.param_counts == {"backbone": 55_498_188, "condition": 0}
 
 
+@pytest.mark.slow
 @LONG_COMPILES
 def test_simple_mmdit_gflop_within_0_1_percent_of_published():
     assert _compiled_small("simple_mmdit", 16).flops / 1e9 == pytest.approx(383.7, rel=1e-3)
 
 
+@pytest.mark.slow
 @LONG_COMPILES
 def test_hierarchical_mmdit_gflop_within_0_1_percent_of_published():
     assert _compiled_small("hierarchical_mmdit", 16).flops / 1e9 == pytest.approx(737.4, rel=1e-3)
@@ -90,6 +94,7 @@ def sd3_small():
     return _compiled_small("sd3_transformer", 4)
 
 
+@pytest.mark.slow
 def test_sd3_params_follow_the_formula_and_the_replica_figure(sd3_small):
     trainer = sd3_small
     expected = sd3_params(SD3Config.preset("small"))
@@ -97,6 +102,7 @@ def test_sd3_params_follow_the_formula_and_the_replica_figure(sd3_small):
     assert trainer.param_counts == {"backbone": expected, "condition": 0}
 
 
+@pytest.mark.slow
 def test_sd3_gflop_follows_the_formula_and_the_replica_figure(sd3_small):
     expected = sd3_gflop(SD3Config.preset("small"), batch=4)
     assert expected == pytest.approx(97.119, rel=1e-4)  # the spec's replica figure
@@ -107,6 +113,7 @@ def test_sd3_caption_table_is_4096_wide():
     assert SD3Config.preset("small").text_width == 4096
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("architecture", ["simple_mmdit", "hierarchical_mmdit", "sd3_transformer"])
 def test_cpu_smoke_trains_three_steps_on_8_devices(architecture):
     trainer = Trainer(

@@ -49,16 +49,19 @@ def small():
     return trainer
 
 
+@pytest.mark.slow
 def test_small_params_follow_the_formula(small):
     assert expected_params(small.config) == 130_655_168  # the spec's replica figure
     assert small.param_counts == {"backbone": expected_params(small.config), "condition": 0}
 
 
+@pytest.mark.slow
 def test_small_gflop_per_step_follows_the_formula(small):
     assert expected_flops(small.config, BATCH) == 5_193_471_098_880  # spec: 5193.471
     assert small.flops == expected_flops(small.config, BATCH)
 
 
+@pytest.mark.slow
 def test_small_batch_rows_start_with_256_image_tokens(small):
     batch = small.example_batch(2)
     assert small.config.image_tokens == 256
@@ -84,6 +87,7 @@ def test_image_features_replace_the_image_token_embeddings():
     assert np.all(np.abs(np.asarray(other_image - base)).max(axis=-1) > 1e-4)
 
 
+@pytest.mark.slow
 def test_cpu_smoke_trains_three_steps_sharded_over_8_devices():
     trainer = Trainer(
         "multimodal_transformer", preset="cpu-smoke", mesh=MeshSpec(fsdp=8),

@@ -12,7 +12,8 @@ import math
 import jax
 import pytest
 
-from dew.models.unet import UNet2DConditionConfig, UNetConfig
+from dew.models.unet import UNetConfig
+from dew.models.unet_condition import UNet2DConditionConfig
 from dew.telemetry.instrumentation import hlo_flops
 from dew.train.mesh import MeshSpec
 from dew.train.trainer import Trainer
@@ -50,11 +51,13 @@ def test_unet_flops_split_131_convolutions_and_the_dots(unet_small):
     assert count.by_kind["dot"] / 1e9 == pytest.approx(22.960, abs=5e-4)
 
 
+@pytest.mark.slow
 def test_unet_3d_params_match_published():
     trainer = Trainer("unet_3d", preset="small", compilation_cache_dir=None)
     assert trainer.param_counts == {"backbone": 11_045_699, "condition": 0}
 
 
+@pytest.mark.slow
 @LONG_COMPILES
 def test_unet_3d_gflop_within_0_1_percent_of_published():
     assert _compiled_small("unet_3d", 4).flops / 1e9 == pytest.approx(1384.1, rel=1e-3)
@@ -175,6 +178,7 @@ def u2dc_gflop(c: UNet2DConditionConfig, batch: int) -> float:
     return (total + conv(c.image_size, 3, up[-1][1][-1][1], c.channels)) / 1e9
 
 
+@pytest.mark.slow
 def test_unet_2d_condition_params_follow_the_formula_and_the_replica_figure():
     expected = u2dc_params(UNet2DConditionConfig.preset("small"))
     assert expected == 13_699_204  # the spec's replica figure
@@ -182,6 +186,7 @@ def test_unet_2d_condition_params_follow_the_formula_and_the_replica_figure():
     assert trainer.param_counts == {"backbone": expected, "condition": 0}
 
 
+@pytest.mark.slow
 @LONG_COMPILES
 def test_unet_2d_condition_gflop_follows_the_formula_and_the_replica_figure():
     expected = u2dc_gflop(UNet2DConditionConfig.preset("small"), batch=4)
@@ -190,6 +195,7 @@ def test_unet_2d_condition_gflop_follows_the_formula_and_the_replica_figure():
     assert trainer.flops / 1e9 == pytest.approx(expected, rel=1e-3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("architecture", ["unet", "unet_3d", "unet_2d_condition"])
 def test_cpu_smoke_trains_three_steps_on_8_devices(architecture):
     trainer = Trainer(

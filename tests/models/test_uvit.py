@@ -23,19 +23,23 @@ def small():
     return trainer
 
 
+@pytest.mark.slow
 def test_small_params_match_published(small):
     assert small.param_counts == {"backbone": PUBLISHED_PARAMS, "condition": 0}
 
 
+@pytest.mark.slow
 def test_small_condition_in_state_adds_the_table():
     trainer = Trainer("uvit", preset="small", condition_in_state=True, compilation_cache_dir=None)
     assert trainer.param_counts == {"backbone": PUBLISHED_PARAMS, "condition": 130 * 768}
 
 
+@pytest.mark.slow
 def test_small_gflop_per_step_within_0_1_percent(small):
     assert small.flops / 1e9 == pytest.approx(PUBLISHED_GFLOP, rel=1e-3)
 
 
+@pytest.mark.slow
 def test_cpu_smoke_trains_three_steps_sharded_over_8_devices():
     trainer = Trainer("uvit", preset="cpu-smoke", mesh=MeshSpec(fsdp=8), compilation_cache_dir=None)
     batch = trainer.put_batch(trainer.example_batch(8))

@@ -23,10 +23,12 @@ def small():
     return trainer
 
 
+@pytest.mark.slow
 def test_small_params_match_published(small):
     assert small.param_counts == {"backbone": PUBLISHED_PARAMS, "condition": 0}
 
 
+@pytest.mark.slow
 def test_small_gflop_per_step_within_0_1_percent(small):
     assert small.flops / 1e9 == pytest.approx(PUBLISHED_GFLOP, rel=1e-3)
 
@@ -58,6 +60,7 @@ def test_temporal_blocks_mix_frames_and_spatial_blocks_do_not():
     assert float(change_in_later_frames(model)) == 0.0
 
 
+@pytest.mark.slow
 def test_cpu_smoke_trains_three_steps_sharded_over_8_devices():
     trainer = Trainer(
         "video_dit", preset="cpu-smoke", mesh=MeshSpec(fsdp=8), compilation_cache_dir=None

@@ -1,19 +1,24 @@
 """Flow matching: the interpolant, the velocity target and the logit-normal timesteps."""
 
+from typing import ClassVar
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from dew.config import ModelConfig
 from dew.models.layers.text_condition import CharTable
 from dew.train.objectives import get_objective
 from dew.train.objectives.flow import flow_loss, interpolate, logit_normal_timesteps
 
 
-class _Config:
-    """The fields the objective reads from a model config."""
+class _Config(ModelConfig):
+    """A model config with only what the objective reads: the sample's layout and dtype."""
 
-    image_size, channels, dtype = 4, 2, "float32"
+    objective: ClassVar[str] = "flow"
+    image_size: int = 4
+    channels: int = 2
 
 
 class _Probe:
@@ -51,7 +56,7 @@ def test_loss_is_zero_exactly_for_the_velocity_x1_minus_x0():
 
 
 def test_objective_feeds_the_interpolant_of_data_and_gaussian_noise_at_its_t():
-    objective = get_objective("flow")(_Config())
+    objective = get_objective("flow")(_Config(dtype="float32"))
     batch = jax.tree.map(jnp.asarray, objective.example_batch(64))
     probe = _Probe()
     loss, _ = objective.loss(probe, batch, jax.random.key(0), condition=CharTable(8))

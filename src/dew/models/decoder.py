@@ -13,45 +13,38 @@ reuse them: `DecoderLayer` (with `context_kv` to attend over extra keys/values a
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
 import pydantic
 from flax import nnx
+from pydantic import NonNegativeInt, PositiveFloat, PositiveInt
 
-from dew.config import PresetConfig
-from dew.models.layers.attention import (
-    Attention,
-    AttentionImpl,
-    apply_rope,
-    attention,
-    rope_frequencies,
-)
+from dew.config import ModelConfig, check_divisible
+from dew.models.layers.attention import Attention, apply_rope, attention, rope_frequencies
 from dew.models.layers.mlp import SwiGLU
 from dew.models.layers.norms import RMSNorm
 from dew.models.registry import register
 
 
-class CausalTransformerConfig(PresetConfig):
+class CausalTransformerConfig(ModelConfig):
     """`experts` > 0 makes every `moe_every`-th layer (1-based) a mixture of experts."""
 
     objective: ClassVar[str] = "lm"
 
-    vocab_size: int = 50304  # GPT-2's 50,257 padded to a multiple of 64
-    width: int = 768
-    depth: int = 3
-    heads: int = 12
-    mlp_hidden: int = 3072
-    seq_len: int = 512
-    rope_theta: float = 1e4
-    norm_eps: float = 1e-6
-    experts: int = 0
-    top_k: int = 2
-    moe_every: int = 2
-    head_chunks: int = 4  # the LM head and its cross-entropy in this many sequence chunks
-    dtype: Literal["bfloat16", "float32"] = "bfloat16"
-    attention_impl: AttentionImpl = "xla"
+    vocab_size: PositiveInt = 50304  # GPT-2's 50,257 padded to a multiple of 64
+    width: PositiveInt = 768
+    depth: PositiveInt = 3
+    heads: PositiveInt = 12
+    mlp_hidden: PositiveInt = 3072
+    seq_len: PositiveInt = 512
+    rope_theta: PositiveFloat = 1e4
+    norm_eps: PositiveFloat = 1e-6
+    experts: NonNegativeInt = 0  # 0: every layer dense
+    top_k: PositiveInt = 2
+    moe_every: PositiveInt = 2
+    head_chunks: PositiveInt = 4  # the LM head and its cross-entropy in this many chunks
 
     presets: ClassVar = {
         "small": {},
@@ -59,17 +52,12 @@ class CausalTransformerConfig(PresetConfig):
                       "seq_len": 16},
     }  # fmt: skip
     # The benchmark's MoE case on top of either preset: 8 experts, top-2, every second layer.
-    moe_case: ClassVar = {"experts": 8, "top_k": 2, "moe_every": 2}
 
     @pydantic.model_validator(mode="after")
     def _check_shapes(self):
-        if self.width % self.heads:
-            raise ValueError(f"width {self.width} is not divisible by heads {self.heads}")
-        if self.head_chunks < 1 or self.seq_len % self.head_chunks:
-            raise ValueError(
-                f"head_chunks {self.head_chunks} does not divide seq_len {self.seq_len}"
-            )
-        if self.experts and not 1 <= self.top_k <= self.experts:
+        check_divisible("width", self.width, "heads", self.heads)
+        check_divisible("seq_len", self.seq_len, "head_chunks", self.head_chunks)
+        if self.experts and self.top_k > self.experts:
             raise ValueError(f"top_k {self.top_k} must be in 1..experts ({self.experts})")
         return self
 

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import pydantic
 from flax import nnx
+from pydantic import PositiveInt
 
 from dew.models.decoder import CausalTransformer, CausalTransformerConfig
 from dew.models.layers.mlp import SwiGLU, gelu_tanh
@@ -29,12 +30,11 @@ class DiffusionGemmaConfig(CausalTransformerConfig):
     (= seq_len) and the self-conditioning MLP's hidden width."""
 
     objective: ClassVar[str] = "block_diffusion"
-    moe_case: ClassVar = None  # the spec defines no MoE case for it
 
-    prompt: int = 256
-    canvas: int = 128
-    canvases: int = 2
-    self_condition_hidden: int = 3072
+    prompt: PositiveInt = 256
+    canvas: PositiveInt = 128
+    canvases: PositiveInt = 2
+    self_condition_hidden: PositiveInt = 3072
 
     presets: ClassVar = {
         "small": {},
@@ -69,6 +69,17 @@ class SelfConditioning(nnx.Module):
 
     def __call__(self, x: jax.Array) -> jax.Array:
         return self.out_norm(self.mlp(self.norm(x)))
+
+
+def canvas_mask(prompt: int, canvas: int, canvases: int) -> jax.Array:
+    """[R, S + R] bool, True = visible: a noisy token of canvas c sees the cache's clean
+    prompt and canvases before c (S = prompt + R cached positions) and its own canvas's
+    noisy tokens, in both directions."""
+    response = canvases * canvas
+    query_canvas = jnp.arange(response) // canvas
+    cached = jnp.arange(prompt + response)[None, :] < prompt + query_canvas[:, None] * canvas
+    own = query_canvas[:, None] == query_canvas[None, :]
+    return jnp.concatenate([cached, own], axis=1)
 
 
 @register("diffusion_gemma", DiffusionGemmaConfig)
@@ -118,25 +129,14 @@ class DiffusionGemma(nnx.Module):
         probabilities over the tied embedding, through the self-conditioning MLP, are added
         to the noisy tokens' embeddings.
         """
-        c = self.config
+        config = self.config
         x = self.decoder.embed_tokens(noisy)
         probs = jax.nn.softmax(self_condition_logits.astype(jnp.float32), axis=-1)
         expected = jnp.einsum(
             "btv,vd->btd", probs.astype(x.dtype), self.head_table().astype(x.dtype)
         )
         x = x + self.self_condition(expected).astype(x.dtype)
-        angles = self.decoder.rope_angles(c.prompt + jnp.arange(noisy.shape[1]))
-        mask = canvas_mask(c.prompt, c.canvas, c.canvases)
+        angles = self.decoder.rope_angles(config.prompt + jnp.arange(noisy.shape[1]))
+        mask = canvas_mask(config.prompt, config.canvas, config.canvases)
         hidden, _ = self._run_layers(x, angles, caches=cache, causal=False, mask=mask)
         return hidden
-
-
-def canvas_mask(prompt: int, canvas: int, canvases: int) -> jax.Array:
-    """[R, S + R] bool, True = visible: a noisy token of canvas c sees the cache's clean
-    prompt and canvases before c (S = prompt + R cached positions) and its own canvas's
-    noisy tokens, in both directions."""
-    response = canvases * canvas
-    query_canvas = jnp.arange(response) // canvas
-    cached = jnp.arange(prompt + response)[None, :] < prompt + query_canvas[:, None] * canvas
-    own = query_canvas[:, None] == query_canvas[None, :]
-    return jnp.concatenate([cached, own], axis=1)

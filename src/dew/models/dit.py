@@ -9,43 +9,37 @@ attention on the raster index, and an affine-LayerNorm head. Call:
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
 import pydantic
 from flax import nnx
+from pydantic import PositiveFloat, PositiveInt
 
-from dew.config import PresetConfig
-from dew.models.layers.attention import Attention, AttentionImpl, rope_frequencies
-from dew.models.layers.embeddings import (
-    Constant,
-    PatchEmbed,
-    fourier_features,
-    fourier_frequencies,
-    sincos_2d,
-)
-from dew.models.layers.mlp import Mlp, gelu_exact
+from dew.config import ModelConfig, check_divisible
+from dew.models.layers.attention import Attention, rope_frequencies
+from dew.models.layers.conditioning import TextPool, TimeEmbedding
+from dew.models.layers.embeddings import Constant, sincos_2d
+from dew.models.layers.mlp import Mlp
 from dew.models.layers.modulation import AdaLNModulation, modulate
 from dew.models.layers.norms import LayerNorm
+from dew.models.layers.patches import PatchEmbed, unpatchify
 from dew.models.layers.ssm import BidirectionalS5
 from dew.models.registry import register
 
 
-class DiTConfig(PresetConfig):
+class DiTConfig(ModelConfig):
     objective: ClassVar[str] = "edm"
 
-    image_size: int = 64
-    channels: int = 3
-    patch: int = 4
-    width: int = 384
-    depth: int = 6
-    heads: int = 6
-    mlp_ratio: int = 4
-    text_width: int = 768
-    rope_theta: float = 1e4
-    dtype: Literal["bfloat16", "float32"] = "bfloat16"
-    attention_impl: AttentionImpl = "xla"
+    image_size: PositiveInt = 64
+    channels: PositiveInt = 3
+    patch: PositiveInt = 4
+    width: PositiveInt = 384
+    depth: PositiveInt = 6
+    heads: PositiveInt = 6
+    mlp_ratio: PositiveInt = 4
+    rope_theta: PositiveFloat = 1e4
 
     presets: ClassVar = {
         "small": {},
@@ -54,17 +48,15 @@ class DiTConfig(PresetConfig):
 
     @pydantic.model_validator(mode="after")
     def _check_shapes(self):
-        if self.width % self.heads:
-            raise ValueError(f"width {self.width} is not divisible by heads {self.heads}")
-        if self.image_size % self.patch:
-            raise ValueError(f"image_size {self.image_size} is not divisible by patch {self.patch}")
+        check_divisible("width", self.width, "heads", self.heads)
+        check_divisible("image_size", self.image_size, "patch", self.patch)
         return self
 
 
 class SimpleUDiTConfig(DiTConfig):
     """depth counts every block: depth // 2 down, 1 middle, depth // 2 up."""
 
-    depth: int = 7
+    depth: PositiveInt = 7
     presets: ClassVar = {
         "small": {},
         "cpu-smoke": {"image_size": 16, "width": 64, "depth": 3, "heads": 2, "mlp_ratio": 2},
@@ -74,45 +66,14 @@ class SimpleUDiTConfig(DiTConfig):
 class HybridDiTConfig(DiTConfig):
     """Every `attention_every`-th layer mixes tokens by attention, the others by S5."""
 
-    attention_every: int = 4
-    ssm_state: int = 64
+    attention_every: PositiveInt = 4
+    ssm_state: PositiveInt = 64
     presets: ClassVar = {
         "small": {},
         "cpu-smoke": {
             "image_size": 16, "width": 64, "depth": 4, "heads": 2, "mlp_ratio": 2, "ssm_state": 16,
         },
     }  # fmt: skip
-
-
-class TimeEmbedding(nnx.Module):
-    """Fixed Fourier features (scale 16) → Dense(d→4d), GELU → Dense(4d→4d), GELU → Dense(4d→d)."""
-
-    def __init__(self, width: int, *, rngs: nnx.Rngs, dtype):
-        self.frequencies = fourier_frequencies(width)
-        self.mlp = nnx.Sequential(
-            nnx.Linear(width, 4 * width, dtype=dtype, rngs=rngs),
-            gelu_exact,
-            nnx.Linear(4 * width, 4 * width, dtype=dtype, rngs=rngs),
-            gelu_exact,
-            nnx.Linear(4 * width, width, dtype=dtype, rngs=rngs),
-        )
-
-    def __call__(self, t: jax.Array) -> jax.Array:
-        return self.mlp(fourier_features(t, self.frequencies))
-
-
-class TextPool(nnx.Module):
-    """Dense(768→d) on every caption token, then the masked mean (projecting first is the
-    published FLOP count)."""
-
-    def __init__(self, text_width: int, width: int, *, rngs: nnx.Rngs, dtype):
-        self.proj = nnx.Linear(text_width, width, dtype=dtype, rngs=rngs)
-
-    def __call__(self, text: jax.Array, mask: jax.Array) -> jax.Array:
-        tokens = self.proj(text).astype(jnp.float32)
-        weights = mask.astype(jnp.float32)[..., None]
-        pooled = (tokens * weights).sum(1) / jnp.maximum(weights.sum(1), 1.0)
-        return pooled.astype(tokens.dtype)
 
 
 class DiTBlock(nnx.Module):
@@ -126,7 +87,8 @@ class DiTBlock(nnx.Module):
         self.modulation = AdaLNModulation(d, d, 6, rngs=rngs, dtype=dtype)
         self.norm1 = LayerNorm(d, affine=False, rngs=rngs)
         self.norm2 = LayerNorm(d, affine=False, rngs=rngs)
-        if ssm_state is None:
+        self.attends = ssm_state is None
+        if self.attends:
             self.mixer = Attention(
                 d, config.heads, dtype=dtype, attention_impl=config.attention_impl, rngs=rngs
             )
@@ -137,17 +99,15 @@ class DiTBlock(nnx.Module):
     def __call__(self, x: jax.Array, c: jax.Array, rope_angles: jax.Array) -> jax.Array:
         shift1, scale1, gate1, shift2, scale2, gate2 = self.modulation(c)
         h = modulate(self.norm1(x), shift1, scale1)
-        if isinstance(self.mixer, Attention):
-            h = self.mixer(h, rope_angles=rope_angles)
-        else:
-            h = self.mixer(h)
+        h = self.mixer(h, rope_angles=rope_angles) if self.attends else self.mixer(h)
         x = x + gate1[:, None] * h
         h = self.mlp(modulate(self.norm2(x), shift2, scale2))
         return x + gate2[:, None] * h
 
 
 class DiTBase(nnx.Module):
-    """Patch embedding, conditioning and head shared by the family; subclasses run blocks."""
+    """Patch embedding, conditioning and head shared by the family; subclasses build the
+    blocks (`self.blocks`, run in order unless they override `run_blocks`)."""
 
     def __init__(self, config: DiTConfig, *, rngs: nnx.Rngs):
         self.config = config
@@ -164,12 +124,14 @@ class DiTBase(nnx.Module):
         )  # fmt: skip
 
     def run_blocks(self, x: jax.Array, c: jax.Array, rope_angles: jax.Array) -> jax.Array:
-        raise NotImplementedError
+        for block in self.blocks:
+            x = block(x, c, rope_angles)
+        return x
 
     def __call__(self, x, t, text, text_mask):
         config = self.config
         dtype = jnp.dtype(config.dtype)
-        batch, height, width, channels = x.shape
+        height, width = x.shape[1:3]
         tokens = self.patch_embed(x.astype(dtype)) + self.positions(dtype)[None]
         c = self.time_embed(t) + self.text_pool(text, text_mask)
         num_tokens = tokens.shape[1]
@@ -178,9 +140,7 @@ class DiTBase(nnx.Module):
         )
         tokens = self.run_blocks(tokens, c, rope_angles)
         out = self.head(self.head_norm(tokens)).astype(jnp.float32)
-        p = config.patch
-        out = out.reshape(batch, height // p, width // p, p, p, channels)
-        return out.transpose(0, 1, 3, 2, 4, 5).reshape(batch, height, width, channels)
+        return unpatchify(out, height, width, config.patch)
 
 
 @register("simple_dit", DiTConfig)
@@ -188,11 +148,6 @@ class SimpleDiT(DiTBase):
     def __init__(self, config: DiTConfig, *, rngs: nnx.Rngs):
         super().__init__(config, rngs=rngs)
         self.blocks = nnx.List([DiTBlock(config, rngs=rngs) for _ in range(config.depth)])
-
-    def run_blocks(self, x, c, rope_angles):
-        for block in self.blocks:
-            x = block(x, c, rope_angles)
-        return x
 
 
 @register("simple_udit", SimpleUDiTConfig)
@@ -224,18 +179,15 @@ class SimpleUDiT(DiTBase):
 
 
 @register("hybrid_dit", HybridDiTConfig)
-class HybridDiT(SimpleDiT):
+class HybridDiT(DiTBase):
     """simple_dit whose token mixers follow ssm, ssm, ssm, attn, … (attention every 4th)."""
 
     def __init__(self, config: HybridDiTConfig, *, rngs: nnx.Rngs):
-        DiTBase.__init__(self, config, rngs=rngs)
+        super().__init__(config, rngs=rngs)
+        attends = lambda i: (i + 1) % config.attention_every == 0
         self.blocks = nnx.List(
             [
-                DiTBlock(
-                    config,
-                    rngs=rngs,
-                    ssm_state=None if (i + 1) % config.attention_every == 0 else config.ssm_state,
-                )
+                DiTBlock(config, rngs=rngs, ssm_state=None if attends(i) else config.ssm_state)
                 for i in range(config.depth)
             ]
         )

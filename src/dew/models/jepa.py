@@ -13,18 +13,20 @@ the T frames of one token position ([B·N, T, d]) with RoPE on the frame index.
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
 import pydantic
 from flax import nnx
+from pydantic import PositiveInt
 
-from dew.config import Config, PresetConfig
-from dew.models.layers.attention import Attention, AttentionImpl, rope_frequencies
-from dew.models.layers.embeddings import Constant, PatchEmbed, sincos_2d
+from dew.config import Config, ModelConfig, check_divisible
+from dew.models.layers.attention import Attention, rope_frequencies
+from dew.models.layers.embeddings import Constant, sincos_2d
 from dew.models.layers.mlp import Mlp, gelu_exact
 from dew.models.layers.norms import LayerNorm
+from dew.models.layers.patches import PatchEmbed
 from dew.models.registry import register
 
 LAYER_NORM_EPS = 1e-6
@@ -39,23 +41,21 @@ class JepaMasking(Config):
     targets are guaranteed to leave free. The benchmark presets fix their own counts.
     """
 
-    num_targets: int = 4
-    target_tokens: int | None = None
-    context_tokens: int | None = None
+    num_targets: PositiveInt = 4
+    target_tokens: PositiveInt | None = None
+    context_tokens: PositiveInt | None = None
 
 
-class JepaPredictorConfig(PresetConfig):
+class JepaPredictorConfig(ModelConfig):
     objective: ClassVar[str] = "jepa"
 
-    grid: int = 16  # patch grid side
-    encoder_width: int = 384
-    width: int = 192
-    depth: int = 3  # layers; a temporal predictor's layer is a spatial and a temporal block
-    heads: int = 6
-    mlp_ratio: int = 4
+    grid: PositiveInt = 16  # patch grid side
+    encoder_width: PositiveInt = 384
+    width: PositiveInt = 192
+    depth: PositiveInt = 3  # layers; a temporal predictor's layer is spatial + temporal
+    heads: PositiveInt = 6
+    mlp_ratio: PositiveInt = 4
     temporal: bool = False
-    dtype: Literal["bfloat16", "float32"] = "bfloat16"
-    attention_impl: AttentionImpl = "xla"
 
     presets: ClassVar[dict] = {
         "small": {},
@@ -64,27 +64,25 @@ class JepaPredictorConfig(PresetConfig):
 
     @pydantic.model_validator(mode="after")
     def _check_shapes(self):
-        if self.width % self.heads:
-            raise ValueError(f"predictor width {self.width} is not divisible by heads {self.heads}")
+        check_divisible("predictor width", self.width, "heads", self.heads)
         return self
 
 
-class JepaEncoderConfig(PresetConfig):
+class JepaEncoderConfig(ModelConfig):
     objective: ClassVar[str] = "jepa"
 
-    image_size: int = 64
-    channels: int = 3
-    frames: int | None = None  # video: a clip of this many frames
-    patch: int = 4
-    width: int = 384
-    depth: int = 6  # layers; a video encoder's layer is a spatial and a temporal block
-    heads: int = 6
-    mlp_ratio: int = 4
-    # The predictor's encoder_width, grid and temporal layout follow from this config.
+    image_size: PositiveInt = 64
+    channels: PositiveInt = 3
+    frames: PositiveInt | None = None  # video: a clip of this many frames
+    patch: PositiveInt = 4
+    width: PositiveInt = 384
+    depth: PositiveInt = 6  # layers; a video encoder's layer is a spatial and a temporal block
+    heads: PositiveInt = 6
+    mlp_ratio: PositiveInt = 4
+    # The predictor's encoder_width, grid, temporal layout, dtype and attention_impl follow
+    # from this config.
     predictor: JepaPredictorConfig = JepaPredictorConfig()
     masking: JepaMasking = JepaMasking()
-    dtype: Literal["bfloat16", "float32"] = "bfloat16"
-    attention_impl: AttentionImpl = "xla"
 
     presets: ClassVar[dict] = {
         # The benchmark's fixed mask: 2 target blocks of 63 tokens (7×9 or 9×7), 130 context.
@@ -101,10 +99,8 @@ class JepaEncoderConfig(PresetConfig):
 
     @pydantic.model_validator(mode="after")
     def _check_shapes(self):
-        if self.width % self.heads:
-            raise ValueError(f"width {self.width} is not divisible by heads {self.heads}")
-        if self.image_size % self.patch:
-            raise ValueError(f"image_size {self.image_size} is not divisible by patch {self.patch}")
+        check_divisible("width", self.width, "heads", self.heads)
+        check_divisible("image_size", self.image_size, "patch", self.patch)
         return self
 
     @property
@@ -113,8 +109,8 @@ class JepaEncoderConfig(PresetConfig):
 
 
 class JepaVideoEncoderConfig(JepaEncoderConfig):
-    frames: int | None = 8
-    depth: int = 4
+    frames: PositiveInt | None = 8
+    depth: PositiveInt = 4
     predictor: JepaPredictorConfig = JepaPredictorConfig(depth=2)
 
     presets: ClassVar[dict] = {

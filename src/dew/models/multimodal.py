@@ -17,12 +17,14 @@ import jax
 import jax.numpy as jnp
 import pydantic
 from flax import nnx
+from pydantic import NonNegativeInt, PositiveInt
 
+from dew.config import check_divisible
 from dew.models.decoder import CausalTransformer, CausalTransformerConfig
 from dew.models.layers.attention import Attention
-from dew.models.layers.embeddings import PatchEmbed
 from dew.models.layers.mlp import Mlp, gelu_tanh
 from dew.models.layers.norms import LayerNorm, RMSNorm
+from dew.models.layers.patches import PatchEmbed
 from dew.models.registry import register
 
 VISION_LN_EPS = 1e-6
@@ -33,15 +35,14 @@ class MultimodalConfig(CausalTransformerConfig):
     """The decoder's fields plus the vision tower's; one square RGB image per row."""
 
     objective: ClassVar[str] = "multimodal_lm"
-    moe_case: ClassVar = None  # the spec defines no MoE case for it
 
-    image_token_id: int = 50303
-    image_size: int = 448
-    patch: int = 14
-    vision_width: int = 1152
-    vision_depth: int = 4
-    vision_heads: int = 16
-    vision_mlp: int = 4304
+    image_token_id: NonNegativeInt = 50303
+    image_size: PositiveInt = 448
+    patch: PositiveInt = 14
+    vision_width: PositiveInt = 1152
+    vision_depth: PositiveInt = 4
+    vision_heads: PositiveInt = 16
+    vision_mlp: PositiveInt = 4304
 
     presets: ClassVar = {
         "small": {},
@@ -65,18 +66,9 @@ class MultimodalConfig(CausalTransformerConfig):
 
     @pydantic.model_validator(mode="after")
     def _check_image(self):
-        grid = self.image_size // self.patch
-        if self.image_size % self.patch or grid % POOL:
-            raise ValueError(
-                f"image_size {self.image_size} must be a multiple of patch × {POOL} ="
-                f" {self.patch * POOL}"
-            )
-        if self.vision_width % self.vision_heads:
-            raise ValueError(
-                f"vision_width {self.vision_width} is not divisible by vision_heads"
-                f" {self.vision_heads}"
-            )
-        if not 0 <= self.image_token_id < self.vocab_size:
+        check_divisible("image_size", self.image_size, f"patch × {POOL} =", self.patch * POOL)
+        check_divisible("vision_width", self.vision_width, "vision_heads", self.vision_heads)
+        if self.image_token_id >= self.vocab_size:
             raise ValueError(
                 f"image_token_id {self.image_token_id} is outside the vocabulary"
                 f" 0-{self.vocab_size - 1}"

@@ -2,7 +2,7 @@
 
 A family module registers each architecture it defines:
 
-    @register("simple_dit", SimpleDiTConfig)
+    @register("simple_dit", DiTConfig)
     class SimpleDiT(nnx.Module): ...
 
 Every module of `dew.models` is imported on first lookup, so registering is all a new
@@ -15,20 +15,20 @@ import dataclasses
 import importlib
 import pkgutil
 
-from dew.config import PresetConfig
+from dew.config import ModelConfig
 
 
 @dataclasses.dataclass(frozen=True)
 class Architecture:
     name: str
-    config_cls: type[PresetConfig]
+    config_cls: type[ModelConfig]
     module_cls: type
 
 
 _REGISTRY: dict[str, Architecture] = {}
 
 
-def register(name: str, config_cls: type[PresetConfig]):
+def register(name: str, config_cls: type[ModelConfig]):
     def decorate(module_cls: type) -> type:
         if name in _REGISTRY and _REGISTRY[name].module_cls is not module_cls:
             raise ValueError(f"architecture {name!r} is registered twice")

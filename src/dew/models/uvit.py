@@ -8,39 +8,38 @@ with Dense(2d→d) (the long skip that gives U-ViT its name).
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
 import pydantic
 from flax import nnx
+from pydantic import PositiveInt
 
-from dew.config import PresetConfig
-from dew.models.layers.attention import Attention, AttentionImpl
-from dew.models.layers.embeddings import PatchEmbed, fourier_features, fourier_frequencies
+from dew.config import ModelConfig, check_divisible
+from dew.models.layers.attention import Attention, key_mask
+from dew.models.layers.embeddings import fourier_features, fourier_frequencies
 from dew.models.layers.mlp import GeGLU, gelu_exact
 from dew.models.layers.norms import LayerNorm, RMSNorm
+from dew.models.layers.patches import PatchEmbed, unpatchify
 from dew.models.registry import register
 
 
-class UViTConfig(PresetConfig):
+class UViTConfig(ModelConfig):
     objective: ClassVar[str] = "edm"
 
-    image_size: int = 64
-    channels: int = 3
-    patch: int = 4
-    width: int = 384
-    side_depth: int = 3  # blocks in each of the in and out halves (plus one middle block)
-    heads: int = 6
-    ff_ratio: int = 4  # GEGLU hidden width; its input projection is 2 · ff_ratio · d wide
-    text_width: int = 768
+    image_size: PositiveInt = 64
+    channels: PositiveInt = 3
+    patch: PositiveInt = 4
+    width: PositiveInt = 384
+    side_depth: PositiveInt = 3  # blocks in each of the in and out halves (plus one middle)
+    heads: PositiveInt = 6
+    ff_ratio: PositiveInt = 4  # GEGLU hidden width; its input projection is 2·ff_ratio·d wide
     # The learned position table is sized for this resolution; smaller images use its
     # top-left corner (the published count includes the whole table).
-    position_table_size: int = 512
-    dtype: Literal["bfloat16", "float32"] = "bfloat16"
-    attention_impl: AttentionImpl = "xla"
+    position_table_size: PositiveInt = 512
 
-    presets: ClassVar[dict] = {
+    presets: ClassVar = {
         "small": {},
         "cpu-smoke": {
             "image_size": 16,
@@ -54,13 +53,9 @@ class UViTConfig(PresetConfig):
 
     @pydantic.model_validator(mode="after")
     def _check_shapes(self):
-        if self.width % self.heads:
-            raise ValueError(f"width {self.width} is not divisible by heads {self.heads}")
-        for name in ("image_size", "position_table_size"):
-            if getattr(self, name) % self.patch:
-                raise ValueError(
-                    f"{name} {getattr(self, name)} is not divisible by patch {self.patch}"
-                )
+        check_divisible("width", self.width, "heads", self.heads)
+        check_divisible("image_size", self.image_size, "patch", self.patch)
+        check_divisible("position_table_size", self.position_table_size, "patch", self.patch)
         if self.image_size > self.position_table_size:
             raise ValueError(
                 f"image_size {self.image_size} exceeds position_table_size "
@@ -89,6 +84,8 @@ class UViTBlock(nnx.Module):
 
 @register("uvit", UViTConfig)
 class UViT(nnx.Module):
+    """model(x [B,H,W,C], t [B], text [B,77,768], text_mask [B,77]) -> [B,H,W,C] fp32."""
+
     def __init__(self, config: UViTConfig, *, rngs: nnx.Rngs):
         d, p, dtype = config.width, config.patch, jnp.dtype(config.dtype)
         self.config = config
@@ -112,7 +109,7 @@ class UViT(nnx.Module):
         self, x: jax.Array, t: jax.Array, text: jax.Array, text_mask: jax.Array
     ) -> jax.Array:
         config, dtype = self.config, jnp.dtype(self.config.dtype)
-        b, h, w, c = x.shape
+        b, h, w, _ = x.shape
         p = config.patch
         grid_h, grid_w = h // p, w // p
 
@@ -128,7 +125,7 @@ class UViT(nnx.Module):
         keep = jnp.concatenate(
             [jnp.ones((b, 1), bool), text_mask, jnp.ones((b, grid_h * grid_w), bool)], axis=1
         )
-        mask = keep[:, None, None, :]
+        mask = key_mask(keep)
 
         skips = []
         for block in self.in_blocks:
@@ -140,5 +137,4 @@ class UViT(nnx.Module):
             tokens = block(tokens, mask)
 
         patches = self.head(self.final_norm(tokens)[:, -grid_h * grid_w :])
-        patches = patches.reshape(b, grid_h, grid_w, p, p, c).transpose(0, 1, 3, 2, 4, 5)
-        return patches.reshape(b, h, w, c).astype(jnp.float32)
+        return unpatchify(patches, h, w, p).astype(jnp.float32)

@@ -15,19 +15,20 @@ from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
-import pydantic
 from flax import nnx
+from pydantic import PositiveInt
 
 from dew.models.dit import DiTBase, DiTBlock, DiTConfig
 from dew.models.layers.attention import rope_frequencies
+from dew.models.layers.patches import unpatchify
 from dew.models.registry import register
 
 
 class VideoDiTConfig(DiTConfig):
     """`depth` counts layers; each is a spatial and a temporal block."""
 
-    frames: int = pydantic.Field(default=8, ge=1)
-    depth: int = 4
+    frames: PositiveInt = 8
+    depth: PositiveInt = 4
 
     presets: ClassVar = {
         "small": {},
@@ -66,7 +67,5 @@ class VideoDiT(DiTBase):
             tokens = columns.reshape(batch, n, frames, d).transpose(0, 2, 1, 3)
             tokens = tokens.reshape(batch * frames, n, d)
 
-        out = self.head(self.head_norm(tokens)).astype(jnp.float32)
-        p = config.patch
-        out = out.reshape(batch, frames, height // p, width // p, p, p, channels)
-        return out.transpose(0, 1, 2, 4, 3, 5, 6).reshape(x.shape)
+        out = self.head(self.head_norm(tokens)).astype(jnp.float32)  # [B·T, N, p·p·C]
+        return unpatchify(out, height, width, config.patch).reshape(x.shape)

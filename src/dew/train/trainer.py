@@ -26,15 +26,13 @@ import optax
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
-from dew.config import PresetConfig
+from dew.config import ATTENTION_IMPLS, DTYPES, AttentionImpl, Dtype, ModelConfig
 from dew.models import registry
-from dew.models.layers.attention import ATTENTION_IMPLS
 from dew.models.layers.text_condition import CharTable
 from dew.train.mesh import MeshSpec, batch_shardings, state_shardings
 from dew.train.objectives import get_objective
 from dew.train.state import TrainState, count_params
 
-DTYPES = ("bfloat16", "float32")
 LEARNING_RATE = 1e-4
 DEFAULT_CACHE = "default"
 
@@ -84,15 +82,15 @@ class Trainer:
     def __init__(
         self,
         architecture: str,
-        config: PresetConfig | None = None,
+        config: ModelConfig | None = None,
         *,
         preset: str = "small",
         objective: str | None = None,
-        dtype: str = "bfloat16",
+        dtype: Dtype = "bfloat16",
         mesh: MeshSpec | None = None,
         condition_in_state: bool = False,
         compilation_cache_dir: str | os.PathLike | None = DEFAULT_CACHE,
-        attention_impl: str = "xla",
+        attention_impl: AttentionImpl = "xla",
         learning_rate: float = LEARNING_RATE,
         seed: int = 0,
     ):
@@ -130,9 +128,7 @@ class Trainer:
         # The Trainer, not the model, holds the caption table. In the state it is there for
         # every architecture, used or not: the 2026-09-05 table counts its 99,840 parameters
         # for the decoder too.
-        condition = CharTable(
-            getattr(config, "text_width", 768), in_state=condition_in_state, seed=seed
-        )
+        condition = CharTable(config.text_width, in_state=condition_in_state, seed=seed)
         self.condition_graphdef, self._condition_params = nnx.split(condition, nnx.Param)
 
         self.abstract_state = jax.eval_shape(self._init_state, self._condition_params)
@@ -299,8 +295,11 @@ def _local_rows_to_global(host: np.ndarray, sharding: NamedSharding) -> jax.Arra
     return jax.make_array_from_process_local_data(sharding, host[first:last], shape)
 
 
-def _with_settings(config: PresetConfig, **settings) -> PresetConfig:
-    """Apply the Trainer's dtype / attention_impl to the configs that carry those fields."""
-    fields = type(config).model_fields
-    update = {k: v for k, v in settings.items() if k in fields and getattr(config, k) != v}
-    return type(config)(**{**config.model_dump(), **update}) if update else config
+def _with_settings(
+    config: ModelConfig, *, dtype: Dtype, attention_impl: AttentionImpl
+) -> ModelConfig:
+    """The config with the Trainer's dtype and attention_impl (validated again)."""
+    if (config.dtype, config.attention_impl) == (dtype, attention_impl):
+        return config
+    settings = {"dtype": dtype, "attention_impl": attention_impl}
+    return type(config)(**{**config.model_dump(), **settings})

@@ -1,1 +1,7 @@
-"""Building blocks shared by every model family."""
+"""Blocks that two or more model families share.
+
+attention (attention(), RoPE, `Attention`), norms, mlp, modulation (adaLN, `ModulatedHead`),
+conditioning (`TimeEmbedding`, `TextPool`, `TimestepMlp`), joint (the MMDiT `JointBlock`),
+patches (`PatchEmbed`, patchify, unpatchify), embeddings (fixed features and positions),
+conv (the UNets' convolutions), ssm (S5) and text_condition (the caption table).
+"""

@@ -7,16 +7,12 @@ setting. Logits and softmax are fp32 whatever the compute dtype (the published n
 
 from __future__ import annotations
 
-from typing import Literal
-
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from dew.config import ATTENTION_IMPLS, AttentionImpl, check_divisible
 from dew.models.layers.norms import RMSNorm
-
-AttentionImpl = Literal["xla", "cudnn", "auto"]
-ATTENTION_IMPLS = ("xla", "cudnn", "auto")
 
 
 def attention(
@@ -30,20 +26,26 @@ def attention(
 ) -> jax.Array:
     """q [B, T, H, D], k and v [B, S, H, D] -> [B, T, H, D].
 
-    `mask` broadcasts to [B, H, T, S] (True = attend). `causal` adds the lower-triangular mask.
+    `mask` broadcasts to [B, H, T, S] (True = attend). `causal` adds the lower-triangular
+    mask aligned to the end: the queries are the last T of the S key positions (S - T
+    cached keys come first), so query i sees keys 0 .. i + S - T. `jax.nn.dot_product_attention`
+    aligns its causal mask to the start instead: the cudnn path refuses causal with T ≠ S.
     """
     if impl not in ATTENTION_IMPLS:
         raise ValueError(f"unknown attention_impl {impl!r}; valid: {', '.join(ATTENTION_IMPLS)}")
+    t, s = q.shape[1], k.shape[1]
+    offset_causal = causal and t != s
     if impl == "auto":
-        impl = "cudnn" if _cudnn_attention_available(q, mask) else "xla"
+        impl = "cudnn" if _cudnn_attention_available(q, mask, offset_causal) else "xla"
     if impl == "cudnn":
+        if offset_causal:
+            raise ValueError(f"cudnn attention: causal with {t} queries but {s} keys")
         return jax.nn.dot_product_attention(
             q, k, v, mask=mask, is_causal=causal, implementation="cudnn"
         ).astype(q.dtype)
     scale = q.shape[-1] ** -0.5
     logits = jnp.einsum("bthd,bshd->bhts", q, k).astype(jnp.float32) * scale
     if causal:
-        t, s = logits.shape[-2:]
         causal_mask = jnp.tril(jnp.ones((t, s), dtype=bool), k=s - t)
         mask = causal_mask if mask is None else jnp.logical_and(mask, causal_mask)
     if mask is not None:
@@ -52,10 +54,18 @@ def attention(
     return jnp.einsum("bhts,bshd->bthd", weights, v)
 
 
-def _cudnn_attention_available(q: jax.Array, mask: jax.Array | None) -> bool:
-    # cuDNN's fused attention needs a GPU, 16-bit inputs and a head dim it supports.
+def key_mask(keep: jax.Array) -> jax.Array:
+    """keep [B, S] (True = a key to attend to) -> [B, 1, 1, S]: the same keys for every head
+    and query."""
+    return keep[:, None, None, :]
+
+
+def _cudnn_attention_available(q: jax.Array, mask: jax.Array | None, offset_causal: bool) -> bool:
+    # cuDNN's fused attention needs a GPU, 16-bit inputs and a head dim it supports, and
+    # no mask but its own (start-aligned) causal one.
     return (
-        jax.default_backend() == "gpu"
+        not offset_causal
+        and jax.default_backend() == "gpu"
         and q.dtype in (jnp.bfloat16, jnp.float16)
         and q.shape[-1] <= 128
         and q.shape[-1] % 8 == 0
@@ -112,8 +122,7 @@ class Attention(nnx.Module):
         attention_impl: AttentionImpl = "xla",
     ):
         if head_dim is None:
-            if features % num_heads:
-                raise ValueError(f"width {features} is not divisible by num_heads {num_heads}")
+            check_divisible("width", features, "num_heads", num_heads)
             head_dim = features // num_heads
         self.num_heads, self.head_dim = num_heads, head_dim
         self.attention_impl = attention_impl

@@ -1,5 +1,5 @@
-"""Embeddings without learned state (Fourier and sinusoidal features, sin-cos positions)
-and the patch embedding that turns an image into tokens."""
+"""Embeddings without learned state: Fourier and sinusoidal features, sin-cos positions,
+and `Constant`, the array an executable holds outside the state."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -56,19 +55,3 @@ def sincos_2d(height: int, width: int, features: int) -> np.ndarray:
     rows, cols = np.meshgrid(np.arange(height), np.arange(width), indexing="ij")
     table = np.concatenate([one_axis(rows, features // 2), one_axis(cols, features // 2)], axis=1)
     return table.astype(np.float32)
-
-
-class PatchEmbed(nnx.Module):
-    """A p×p convolution with stride p (and bias): image [B, H, W, C] -> tokens [B, H/p·W/p, d]."""
-
-    def __init__(
-        self, patch: int, channels: int, features: int, *, rngs: nnx.Rngs, dtype=jnp.bfloat16
-    ):
-        self.conv = nnx.Conv(
-            channels, features, (patch, patch), strides=(patch, patch), padding="VALID",
-            dtype=dtype, rngs=rngs,
-        )  # fmt: skip
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        y = self.conv(x)
-        return y.reshape(y.shape[0], -1, y.shape[-1])

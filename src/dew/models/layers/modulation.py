@@ -1,10 +1,13 @@
-"""adaLN modulation: a conditioning vector turned into shift / scale / gate chunks."""
+"""adaLN modulation: a conditioning vector turned into shift / scale / gate chunks, and the
+modulated output head of the MMDiT and Flux families."""
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
+
+from dew.models.layers.norms import LayerNorm
 
 
 def modulate(x: jax.Array, shift: jax.Array, scale: jax.Array) -> jax.Array:
@@ -38,3 +41,27 @@ class AdaLNModulation(nnx.Module):
 
     def __call__(self, c: jax.Array) -> list[jax.Array]:
         return jnp.split(self.proj(jax.nn.silu(c)), self.chunks, axis=-1)
+
+
+class ModulatedHead(nnx.Module):
+    """SiLU(c) → Dense(c→2d) (shift, scale), non-affine LN, modulate, zero-init Dense(d→out).
+
+    `scale_first`: the modulation's chunks are (scale, shift), as SD3 and Flux order them.
+    Returns fp32.
+    """
+
+    def __init__(
+        self, features: int, cond_features: int, out: int, *, rngs: nnx.Rngs,
+        eps: float = 1e-5, scale_first: bool = False, dtype=jnp.bfloat16,
+    ):  # fmt: skip
+        self.scale_first = scale_first
+        self.modulation = AdaLNModulation(cond_features, features, 2, dtype=dtype, rngs=rngs)
+        self.norm = LayerNorm(features, affine=False, eps=eps, rngs=rngs)
+        self.proj = nnx.Linear(
+            features, out, kernel_init=nnx.initializers.zeros_init(), dtype=dtype, rngs=rngs
+        )
+
+    def __call__(self, x: jax.Array, c: jax.Array) -> jax.Array:
+        a, b = self.modulation(c)
+        shift, scale = (b, a) if self.scale_first else (a, b)
+        return self.proj(modulate(self.norm(x), shift, scale)).astype(jnp.float32)

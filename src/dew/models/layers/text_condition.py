@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from dew.config import CAPTION_WIDTH
 from dew.models.layers.embeddings import Constant
 
 TEXT_TOKENS = 77
@@ -29,7 +30,7 @@ def encode_caption(text: str, length: int = TEXT_TOKENS) -> np.ndarray:
 class CharTable(nnx.Module):
     """ids [B, 77] -> (embeddings [B, 77, width] in fp32, mask [B, 77] True on tokens)."""
 
-    def __init__(self, width: int = 768, *, in_state: bool = False, seed: int = 0):
+    def __init__(self, width: int = CAPTION_WIDTH, *, in_state: bool = False, seed: int = 0):
         table = np.asarray(jax.random.normal(jax.random.key(seed), (VOCAB, width), jnp.float32))
         self.in_state = in_state
         self.table = nnx.Param(jnp.asarray(table)) if in_state else Constant(table)

@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 import jax
 import numpy as np
 
+from dew.config import ModelConfig
 from dew.models.layers.text_condition import CAPTION, TEXT_TOKENS, encode_caption
 
 _REGISTRY: dict[str, type[Objective]] = {}
@@ -29,7 +30,7 @@ _REGISTRY: dict[str, type[Objective]] = {}
 class Objective:
     """One training objective for one model config.
 
-    `condition`: the Trainer's CharTable (width `config.text_width`, default 768), passed
+    `condition`: the Trainer's CharTable (width `config.text_width`), passed
     to every objective; `uses_condition` says whether this one reads it. `init_ema` /
     `update_ema`: objectives that keep an EMA copy of (part of) the model return it from
     `init_ema`; the Trainer keeps it in the state, sharded like the parameters, and calls
@@ -39,7 +40,7 @@ class Objective:
     name: ClassVar[str] = ""
     uses_condition: ClassVar[bool] = False
 
-    def __init__(self, config):
+    def __init__(self, config: ModelConfig):
         self.config = config
 
     def example_batch(self, batch_size: int) -> dict[str, np.ndarray]:
@@ -90,11 +91,10 @@ def get_objective(name: str) -> type[Objective]:
 # Helpers shared by the pixel/latent objectives (EDM, flow matching).
 
 
-def sample_shape(config) -> tuple[int, ...]:
-    """[H, W, C] or, for video configs (a `frames` field), [T, H, W, C]."""
-    size, channels = config.image_size, config.channels
-    frames = getattr(config, "frames", None)
-    return (size, size, channels) if not frames else (frames, size, size, channels)
+def sample_shape(config: ModelConfig) -> tuple[int, ...]:
+    """[H, W, C] of an image config or, where `config.frames` is set (video), [T, H, W, C]."""
+    size, channels, frames = config.image_size, config.channels, config.frames
+    return (size, size, channels) if frames is None else (frames, size, size, channels)
 
 
 def example_images(config, batch_size: int) -> dict[str, np.ndarray]:

@@ -107,5 +107,5 @@ class NextTokenPrediction(Objective):
     def loss(self, model, batch, rng, *, condition=None, ema=None):
         tokens = batch["tokens"]
         hidden = model(tokens[:, :-1])
-        chunks = getattr(self.config, "head_chunks", 4)
+        chunks = self.config.head_chunks
         return chunked_cross_entropy(hidden, model.head_table(), tokens[:, 1:], chunks), {}
