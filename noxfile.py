@@ -38,6 +38,11 @@ def _load_engine_helper():
 
 containers = _load_engine_helper()
 
+# dew's one atomic writer; dew.bench.files imports the standard library only, so the front
+# door can use it before any environment exists.
+sys.path.insert(0, str(ROOT / "src"))
+from dew.bench import files as atomic_files  # noqa: E402
+
 # What each lock installs: the runtime stack plus the dev tools, per variant.
 LOCK_EXTRAS = {"cpu": ["dev"], "cuda12": ["cuda12"], "cuda13": ["cuda13"]}
 # CPython on x86_64 Linux with manylinux wheels. uv writes the hashes of every wheel of
@@ -213,12 +218,6 @@ def new_run_dir(preset: str, device: str) -> pathlib.Path:
     return run_dir
 
 
-def write_atomically(path: pathlib.Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 class Runner:
     """Runs `python ...` from the checkout root: in the image, or (engine none) in the
     session's venv. Paths under results/ are given as host paths and mapped."""
@@ -253,7 +252,7 @@ class Runner:
             self.session.run(*argv, stdout=captured, stderr=sys.stderr, **kwargs)
             captured.seek(0)
             table = captured.read()
-        write_atomically(stdout_to, table)
+        atomic_files.atomic_write(stdout_to, table)
         print(table)
 
 
@@ -335,11 +334,54 @@ def multihost_smoke(session: nox.Session) -> None:
     processes = pop_option(args, "--processes", "2")
     run_dir = new_run_dir("multihost-smoke", "cpu")
     session.run(
-        "python", "-m", "dew.bench.multihost", "--processes", processes,
+        "python", "-m", "dew.bench.launch", "--processes", processes,
         "--json-out", str(run_dir / "step.json"), "--log-dir", str(run_dir / "logs"),
         "--", "--preset", "cpu-smoke", "--steps", "2", "--idle-check", "warn", *args,
     )  # fmt: skip
     session.log(f"record: {(run_dir / 'step.json').relative_to(ROOT)}")
+
+
+@nox.session(name="slurm-smoke", python=PYTHON)
+def slurm_smoke(session: nox.Session) -> None:
+    """cpu-smoke submitted to SLURM as 2 tasks x 4 simulated CPU devices (JAX's SLURM
+    detection forms the mesh), the job waited for and its record checked.
+
+    The host's SLURM when `sinfo` answers; else a throwaway one-node cluster (slurm-wlm and
+    munge installed when missing, as root), stopped and removed afterwards whatever happens.
+    `-- [benchmark_step.py flags]` (default `--architectures simple_dit`, 2 steps).
+    """
+    from dew.bench import slurm
+
+    install_locked(session)
+    args = ["--steps", "2", "--idle-check", "off"]
+    args += session.posargs or ["--architectures", "simple_dit"]
+    run_dir = new_run_dir("slurm-smoke", "cpu")
+    started = datetime.datetime.now(datetime.UTC)
+    try:
+        with slurm.scheduler(log=session.log) as scheduler:
+            job = scheduler.submit(
+                slurm.CPU_RECIPE, args, output=run_dir / "slurm-job-%j.out",
+                env={"DEW_PYTHON": str(pathlib.Path(session.bin) / "python"),
+                     "DEW_RESULTS": str(run_dir)},
+            )  # fmt: skip
+            recipe = slurm.CPU_RECIPE.relative_to(ROOT)
+            session.log(f"SLURM job {job.id}: {recipe} {' '.join(args)}")
+            code = job.wait()
+    except slurm.SlurmError as error:
+        _fail(session, error)
+    output = run_dir / f"slurm-job-{job.id}.out"
+    if output.exists():
+        lines = output.read_text(errors="replace").splitlines(True)
+        print("".join(line for line in lines[-40:] if "[Gloo]" not in line))
+    if code != 0:
+        session.error(f"SLURM job {job.id} exited {code}; its output: {output.relative_to(ROOT)}")
+    record = slurm.record_path(run_dir, job.id)
+    session.run("python", "-m", "dew.bench.validate", str(record))
+    problem = slurm.check_record(record, processes=2, job_id=job.id)
+    if problem:
+        session.error(problem)
+    wall = (datetime.datetime.now(datetime.UTC) - started).total_seconds()
+    session.log(f"record: {record.relative_to(ROOT)} (2 processes, job {job.id}), {wall:.0f} s")
 
 
 def gpu_preflight(session: nox.Session, variant: str):
@@ -466,8 +508,8 @@ def bench_data(session: nox.Session) -> None:
     if not data_path or not pathlib.Path(data_path).is_dir():
         session.error(
             f"--data.path {data_path or '(missing)'} is not a directory: give a prepared "
-            "oxford_flowers102 version directory (tools/prepare_dataset.py --source DIR or "
-            "--synthetic N --out DIR)"
+            "oxford_flowers102 version directory (tools/prepare_dataset.py --source DIR "
+            "--out DIR; a --synthetic set runs as data:synthetic-images)"
         )
     engine = choose_engine(session)
     base = resolve_base(session, engine, os.environ.get("DEW_BASE_IMAGE")) if engine else None
@@ -532,7 +574,7 @@ def reproduce(session: nox.Session) -> None:
         device, args = "cpu", [*args, "--idle-check", "warn"]
     run_dir = new_run_dir(f"reproduce-{settings.get('preset') or 'cases'}", device)
     if unmatched:
-        write_atomically(run_dir / "not-matched.txt", "\n".join(unmatched) + "\n")
+        atomic_files.atomic_write(run_dir / "not-matched.txt", "\n".join(unmatched) + "\n")
     step_benchmark(runner, run_dir, settings.get("preset") or "small", args, env)
     reference = run_dir / "reference.json"  # inside results/, so the container sees it
     shutil.copyfile(record_path, reference)

@@ -2,12 +2,12 @@
 
     python tools/benchmark_step.py --preset small --architectures unet --json-out bench.json
 
-The tool is a thin front over dew.bench.step (the one timing loop) and dew.bench.presets.
+The tool is a thin front over dew.bench.step_cli (docs/architecture.md: how a case flows).
 """
 
 import sys
 
-from dew.bench.step import main
+from dew.bench.step_cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from dew.bench.multihost import STEP_TOOL, Launch, combine
+from dew.bench.launch import STEP_TOOL, Launch
+from dew.bench.multihost import combine
 from dew.bench.schema import StepRow, read_run
 from dew.train.distributed import EXIT_PEER_LOST
 
@@ -42,6 +43,7 @@ def test_compile_only_rows_pass_through():
     assert combine(rows) == rows[0]
 
 
+@pytest.mark.slow
 def test_a_killed_process_stops_the_others_and_leaves_a_partial_record(tmp_path):
     """Process 1 is killed once the first of two cases is on disk (the second is compiling,
     which takes far longer than the first's 4 steps). Process 0 must stop on
@@ -85,7 +87,7 @@ def test_a_killed_process_stops_the_others_and_leaves_a_partial_record(tmp_path)
 
 
 def test_the_launcher_refuses_a_process_count_that_does_not_split_the_devices(capsys):
-    from dew.bench.multihost import main
+    from dew.bench.launch import main
 
     assert main(["--processes", "3", "--json-out", os.devnull]) == 2
     err = capsys.readouterr().err.strip()

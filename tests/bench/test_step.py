@@ -1,26 +1,31 @@
 """Behaviour of the step benchmark around the measurement: failures stay in their row,
---resume skips what is done, every row is on disk as soon as it exists, bad input is one
-line and exit 2. The end-to-end run of a real case is tests/bench/test_benchmark_step.py.
+--resume keeps every row and reuses only what was measured the same way, every row is on
+disk as soon as it exists, bad input is one line and exit 2 before any work. The
+end-to-end run of a real case is tests/test_benchmark_step.py.
 """
 
 from __future__ import annotations
 
 import json
+import os
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dew.bench import presets, report, step
+from dew.bench import presets, report, step, timing
+from dew.bench.cli import UsageError
 from dew.bench.presets import Case
 from dew.bench.schema import StepRow, read_run, write_run
+from dew.bench.settings import Options
+from dew.bench.step_cli import main
 from dew.models import registry
 
 
-def _options(**overrides) -> step.Options:
+def _options(**overrides) -> Options:
     base = dict(preset="cpu-smoke", steps=1, warmup=0, mesh={"fsdp": 8, "min_shard_size": 256})
-    return step.Options(**{**base, **overrides})
+    return Options(**{**base, **overrides})
 
 
 def _lines(text: str) -> list[str]:
@@ -36,7 +41,9 @@ def test_time_steps_threads_state_through_warmup_and_both_windows():
         state = state + batch
         return state, {"train/loss": state.sum()}
 
-    state, metrics, timings = step.time_steps(add_one, jnp.zeros(3), jnp.ones(3), steps=4, warmup=2)
+    state, metrics, timings = timing.time_steps(
+        add_one, jnp.zeros(3), jnp.ones(3), steps=4, warmup=2
+    )
     # warmup + dispatch window + synced window, each step applied once to the threaded state
     np.testing.assert_array_equal(state, np.full(3, 2 + 4 + 4))
     assert float(metrics["train/loss"]) == 30.0
@@ -44,10 +51,11 @@ def test_time_steps_threads_state_through_warmup_and_both_windows():
     assert timings.ms_per_step > 0 and min(timings.synced_ms) > 0
 
 
-def test_percentile_matches_numpy():
+def test_percentiles_are_numpys_linear_ones():
     values = [5.0, 1.0, 4.0, 2.0, 3.0, 9.0, 7.0]
+    got = timing.percentiles(values)
     for q in (10, 50, 90):
-        assert step.percentile(values, q) == pytest.approx(np.percentile(values, q))
+        assert got[f"p{q}_ms"] == pytest.approx(np.percentile(values, q))
 
 
 # --- presets --------------------------------------------------------------------------------
@@ -94,7 +102,8 @@ def test_a_failing_case_fails_its_row_while_the_others_complete(tmp_path):
 
 
 def test_a_crashing_process_is_a_failed_row_not_a_failed_run(tmp_path):
-    # XLA aborts the whole process on a flag it does not know: the child dies, the sweep lives.
+    # XLA aborts the whole process on a flag it does not know: the child dies, the sweep lives
+    # (the command line refuses such a flag up front; step.run alone must still survive it).
     options = _options(isolate=True, xla_flags="--xla_no_such_flag_for_dew=1")
     record = step.run(options, [Case(architecture="simple_dit", batch=8)], log=lambda line: None)
     (row,) = record.rows
@@ -118,28 +127,83 @@ def test_each_row_is_on_disk_when_its_progress_line_appears(tmp_path):
     assert "no_such_field" in seen[0][0] and "valid:" in seen[0][0]
 
 
+def _earlier_record(path, cases, **options) -> None:
+    """A record as an earlier run left it: rows failed fast (unknown model field)."""
+    step.run(_options(isolate=False, **options), cases, json_out=str(path), log=lambda _: None)
+
+
+def _ok_row(case: Case) -> StepRow:
+    return StepRow(**case.row_fields(), status="ok", params=270_832, ms_per_step=12.5, loss=1.0)
+
+
 def test_resume_skips_ok_rows_and_reruns_the_rest(tmp_path):
     out = tmp_path / "run.json"
     done = Case(architecture="simple_dit", batch=8)
     again = Case(architecture="uvit", batch=8, model={"no_such_field": 1})
-    earlier = step.run(
-        _options(isolate=False), [again], json_out=str(out), log=lambda line: None
-    ).model_dump(mode="json")
+    _earlier_record(out, [again])
+    earlier = read_run(out).model_dump(mode="json")
     # An earlier run measured `done` (figures as such a run writes them) and failed `again`.
-    ok_row = StepRow(
-        **step.row_identity(done), status="ok", params=270_832, ms_per_step=12.5, loss=1.0
-    )
-    earlier["rows"] = [ok_row.model_dump(mode="json"), *earlier["rows"]]
+    earlier["rows"] = [_ok_row(done).model_dump(mode="json"), *earlier["rows"]]
     write_run(out, earlier)
 
     lines = []
     record = step.run(
         _options(isolate=False), [done, again], json_out=str(out), resume=True, log=lines.append
     )
-    assert record.rows[0] == ok_row  # kept as it was, not measured again
+    assert record.rows[0] == _ok_row(done)  # kept as it was, not measured again
     assert record.rows[1].status == "failed"  # the failed row was run again
-    assert "skipped" in lines[0] and "skipped" not in lines[1]
+    assert len(record.rows) == 2  # replaced in place, not appended
+    assert "kept" in lines[0] and "kept" not in lines[1]
     assert read_run(out).rows == record.rows
+
+
+def test_resume_keeps_the_rows_this_run_does_not_select(tmp_path):
+    # simple_dit and uvit, then --resume with uvit alone: both rows stay in the record.
+    out = tmp_path / "run.json"
+    bad = {"no_such_field": 1}
+    _earlier_record(out, [Case(architecture="simple_dit", batch=8, model=bad)])
+    earlier = read_run(out).model_dump(mode="json")
+    uvit = Case(architecture="uvit", batch=8, model=bad)
+    step.run(_options(isolate=False), [uvit], json_out=str(out), resume=True, log=lambda _: None)
+    after = read_run(out)
+    assert [row.architecture for row in after.rows] == ["simple_dit", "uvit"]
+    assert after.rows[0] == StepRow.model_validate(earlier["rows"][0])
+    assert {c["architecture"] for c in after.settings.cases} == {"simple_dit", "uvit"}
+
+
+@pytest.mark.parametrize(
+    ("then", "now", "named"),
+    [
+        ({"dtype": "bfloat16"}, {"dtype": "float32"}, "dtype='bfloat16'"),
+        ({"compile_only": True}, {"compile_only": False}, "compile_only=True"),
+        ({"steps": 1}, {"steps": 3}, "steps=1"),
+        ({"xla_flags": None}, {"xla_flags": "--xla_cpu_use_thunk_runtime=true"}, "xla_flags"),
+    ],
+)
+def test_resume_refuses_a_record_measured_with_other_settings(tmp_path, then, now, named):
+    out = tmp_path / "run.json"
+    case = Case(architecture="simple_dit", batch=8, model={"no_such_field": 1})
+    _earlier_record(out, [case], **then)
+    before = out.read_bytes()
+    with pytest.raises(UsageError, match=named):
+        step.run(
+            _options(isolate=False, **now), [case], json_out=str(out), resume=True,
+            log=lambda _: None,
+        )  # fmt: skip
+    assert out.read_bytes() == before
+
+
+def test_resume_refuses_a_record_from_another_commit(tmp_path):
+    out = tmp_path / "run.json"
+    case = Case(architecture="simple_dit", batch=8, model={"no_such_field": 1})
+    _earlier_record(out, [case])
+    earlier = read_run(out).model_dump(mode="json")
+    earlier["environment"]["code"] = {"commit": "0" * 40, "dirty": False, "source": "git"}
+    write_run(out, earlier)
+    before = out.read_bytes()
+    with pytest.raises(UsageError, match="another commit"):
+        step.run(_options(isolate=False), [case], json_out=str(out), resume=True)
+    assert out.read_bytes() == before
 
 
 # --- usage errors ---------------------------------------------------------------------------
@@ -160,17 +224,116 @@ def test_resume_skips_ok_rows_and_reruns_the_rest(tmp_path):
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(capsys, argv, named):
-    assert step.main(argv) == 2
+    assert main(argv) == 2
     captured = capsys.readouterr()
     (line,) = _lines(captured.err)
+    assert line.startswith("benchmark_step: error: ")
     for word in named:
         assert word in line
     assert captured.out == ""
 
 
+def _refused(capsys, argv, *named) -> str:
+    assert main(["--preset", "cpu-smoke", "--idle-check", "off", *argv]) == 2
+    captured = capsys.readouterr()
+    (line,) = _lines(captured.err)
+    assert line.startswith("benchmark_step: error: ") and captured.out == ""
+    for word in named:
+        assert word in line, line
+    return line
+
+
+@pytest.mark.parametrize(
+    "content", [b"a text file\n", b'{"kind": "data"}', b"\x00\x01binary"], ids=str
+)
+def test_json_out_onto_an_existing_file_refuses_and_leaves_it(tmp_path, capsys, content):
+    out = tmp_path / "r.json"
+    out.write_bytes(content)
+    _refused(capsys, ["--architectures", "simple_dit", "--json-out", str(out)], "--overwrite")
+    assert out.read_bytes() == content
+
+
+def test_resume_on_a_file_that_is_not_a_record_is_one_line(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    out.write_bytes(b"\x00\x01binary")
+    _refused(
+        capsys, ["--architectures", "simple_dit", "--json-out", str(out), "--resume"], "--resume"
+    )
+    assert out.read_bytes() == b"\x00\x01binary"
+
+
+@pytest.mark.parametrize("flag", ["--json-out", "--profile-dir", "--compilation-cache-dir"])
+def test_an_unwritable_output_is_refused_before_any_work(tmp_path, capsys, flag):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    _refused(capsys, ["--architectures", "simple_dit", flag, str(blocker / "x" / "y")], flag)
+    assert blocker.read_text() == "not a directory"
+
+
+def test_json_out_that_is_a_directory_is_refused(tmp_path, capsys):
+    _refused(capsys, ["--architectures", "simple_dit", "--json-out", str(tmp_path)], "directory")
+
+
+def test_bare_architectures_is_refused_not_every_case(capsys):
+    _refused(capsys, ["--architectures"], "at least one", "simple_dit")
+
+
+def test_architectures_with_cases_selects_instead_of_crashing():
+    cases = presets.resolve(
+        "cpu-smoke", ["uvit"], json.dumps([{"architecture": "uvit"}, {"architecture": "unet"}])
+    )
+    assert [case.architecture for case in cases] == ["uvit"]
+
+
+def test_a_negative_model_size_is_refused_before_any_case_runs(capsys):
+    cases = '[{"architecture": "simple_dit", "model": {"depth": -1}}]'
+    _refused(capsys, ["--cases", cases], "simple_dit", "depth")
+
+
+def test_an_xla_flag_the_backend_rejects_is_refused_once(capsys):
+    line = _refused(
+        capsys, ["--architectures", "simple_dit", "--xla-flags", "--xla_no_such_flag_for_dew=1"]
+    )
+    assert "xla_no_such_flag_for_dew" in line
+
+
+def test_xla_flags_take_a_value_that_starts_with_dashes():
+    from dew.bench import cli
+    from dew.bench.step_cli import Args
+
+    args = cli.parse(Args, ["--xla-flags", "--xla_backend_optimization_level=0"], prog="t")
+    assert args.xla_flags == "--xla_backend_optimization_level=0"
+
+
+def test_cudnn_attention_on_cpu_is_refused(capsys):
+    _refused(capsys, ["--architectures", "simple_dit", "--attention-impl", "cudnn"], "cudnn")
+
+
+def test_a_mesh_larger_than_the_devices_is_refused_and_a_smaller_one_warned():
+    from dew.bench.preflight import Devices, check_devices
+
+    cases = [Case(architecture="simple_dit", batch=8)]
+    cpus = Devices(platform="cpu", count=8, kind="cpu")
+    with pytest.raises(UsageError, match="needs 16 devices"):
+        check_devices(_options(mesh={"fsdp": 16}), cases, cpus)
+    (warning,) = check_devices(_options(mesh={"fsdp": 3}), cases, cpus)
+    assert "uses 3 of the 8" in warning
+    assert check_devices(_options(), cases, cpus) == []
+
+
+def test_cpu_smoke_gives_its_processes_8_simulated_devices(monkeypatch):
+    from dew.bench import preflight
+
+    monkeypatch.setenv("XLA_FLAGS", "")
+    cases = [Case(architecture="simple_dit", batch=8)]
+    devices, warnings = preflight.prepare_environment(_options(), cases, log=lambda _: None)
+    assert (devices.platform, devices.count, warnings) == ("cpu", 8, [])
+    assert "--xla_force_host_platform_device_count=8" in os.environ["XLA_FLAGS"]
+
+
 def test_the_table_has_the_seeds_columns_in_both_formats():
     row = StepRow(
-        **step.row_identity(Case(architecture="unet", batch=16)),
+        **Case(architecture="unet", batch=16).row_fields(),
         status="ok",
         sample="64x64x3",
         batch=16,
@@ -189,4 +352,4 @@ def test_the_table_has_the_seeds_columns_in_both_formats():
                                       "18.2 / 18.4 / 19.0"]  # fmt: skip
     md = report.step_table([row], "md").splitlines()
     assert md[0].startswith("| architecture |") and md[1].startswith("|---|")
-    assert json.dumps(row.case) and row.case_key()[0] == "unet"
+    assert json.dumps(row.case) and row.key()[0] == "unet"

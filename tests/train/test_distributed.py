@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from dew.bench.multihost import Launch
+from dew.bench.launch import Launch
 from dew.train import distributed
 from dew.train.mesh import MeshSpec
 from dew.train.trainer import Trainer
@@ -43,6 +43,7 @@ print(json.dumps({{
 """
 
 
+@pytest.mark.slow
 def test_two_processes_of_four_devices_match_one_process_of_eight(tmp_path):
     launch = Launch([sys.executable, "-c", WORKER], 2, 4, tmp_path, heartbeat_s=30)
     codes, failure = launch.start().wait(timeout_s=600)

@@ -5,14 +5,15 @@ import math
 import jax
 import pytest
 
+from dew.bench.presets import MOE_CASES
 from dew.models import registry
 from dew.train.mesh import MeshSpec
 from dew.train.trainer import Trainer
 
 # (architecture, MoE case); simple_dit's is in test_trainer.py
 CASES = [
-    ("simple_udit", False),
-    ("hybrid_dit", False),
+    pytest.param("simple_udit", False, marks=pytest.mark.slow),
+    pytest.param("hybrid_dit", False, marks=pytest.mark.slow),
     ("causal_transformer", False),
     ("causal_transformer", True),
 ]
@@ -21,7 +22,7 @@ CASES = [
 @pytest.mark.parametrize(("architecture", "moe"), CASES)
 def test_cpu_smoke_trains_three_steps_sharded_and_donated(architecture, moe):
     config_cls = registry.get(architecture).config_cls
-    config = config_cls.preset("cpu-smoke", **(config_cls.moe_case if moe else {}))
+    config = config_cls.preset("cpu-smoke", **(MOE_CASES[architecture] if moe else {}))
     trainer = Trainer(architecture, config, mesh=MeshSpec(fsdp=8), compilation_cache_dir=None)
     state = trainer.init()
     batch = trainer.example_batch(8)

@@ -1,58 +1,176 @@
-"""Command-line parsing shared by the benchmark tools: tyro, with its error boxes as one line.
+"""The command line of every dew entry point: tyro to parse, one error line, one exit code.
 
-tyro reports a bad flag, value or subcommand as a multi-line box with help text; a tool
-reports bad input as one line on stderr and exits 2. `parse` turns the box into a
-UsageError carrying the box's message.
+Exit codes mean one thing everywhere:
+    0  ok
+    1  a case failed, or a comparison found a change
+    2  bad input: a flag, a value, a path, or a file that is not what it should be
+
+Bad input never prints a traceback: it is one line, `<prog>: error: <message>`, naming the
+bad value and what is valid. tyro reports its parse failures through its error hook
+(`tyro._errors.on_parse_error`, pinned with tyro in the lock); the hook turns each into a
+`UsageError` with one line of our own wording, so nothing is scraped from tyro's boxes.
+
+This module imports the standard library only at the top: the schema and the stdlib-only
+helpers may import `UsageError` from it.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
-from collections.abc import Sequence
+import dataclasses
+import sys
+import types
+import typing
+from collections.abc import Callable, Sequence
+from typing import Any
+
+EXIT_OK, EXIT_CHANGED, EXIT_USAGE = 0, 1, 2
+MAX_LINE = 400  # an XLA or pydantic message runs to pages; a line is enough to act on
 
 
 class UsageError(ValueError):
-    """Bad command-line input: one line on stderr, exit 2."""
+    """Bad input (a flag, a value, a path, a file): one line on stderr, exit 2."""
+
+
+def flag(field_path: str) -> str:
+    """The command-line spelling of a field path: `data.image_size` -> `--data.image-size`."""
+    return "--" + field_path.replace("_", "-")
+
+
+def one_line(error: BaseException, *, flags: bool = False) -> str:
+    """An error as one line: a pydantic error's first problem with where it is, else the
+    type and first line of the message (XLA's run to pages). With `flags`, a pydantic
+    location is spelled as the flag a user typed (`--data.image-size`)."""
+    import pydantic  # in every dew environment; imported here to keep the top stdlib-only
+
+    if isinstance(error, pydantic.ValidationError) and error.errors():
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        message = first["msg"].removeprefix("Value error, ")  # pydantic's wrapper of a raise
+        if flags and where:
+            text = f"{flag(where)}: {message}"
+        else:
+            text = f"invalid {error.title}{'.' + where if where else ''}: {message}"
+        if "input" in first and first["type"] not in ("missing", "extra_forbidden"):
+            text += f" (got {first['input']!r})"
+    elif isinstance(error, UsageError | OSError | UnicodeDecodeError):
+        text = _first_line(str(error)) or type(error).__name__
+    else:
+        message = _first_line(str(error))
+        text = f"{type(error).__name__}: {message}" if message else type(error).__name__
+    return text if len(text) <= MAX_LINE else text[: MAX_LINE - 3] + "..."
+
+
+def _first_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[0] if lines else ""
+
+
+# --- parsing ---------------------------------------------------------------------------------
 
 
 def parse[T](args_type: type[T], argv: Sequence[str], *, prog: str, config=()) -> T:
     """tyro.cli(args_type) over argv; raises UsageError (one line) on bad input.
 
-    --help prints tyro's help and raises SystemExit(0), as tyro does.
+    A value that begins with `--` is taken as the user wrote it for the top-level string
+    flags (`--xla-flags "--xla_cpu_foo=1"`): tyro would read it as a flag. `--help`
+    prints tyro's help and raises SystemExit(0), as tyro does.
     """
     import tyro
+    from tyro import _errors  # the error hook: private but pinned, see the module docstring
 
-    captured = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(captured), contextlib.redirect_stdout(captured):
+    argv = join_dash_values(args_type, argv)
+    with _errors.on_parse_error(_raise_usage_error):
+        try:
             return tyro.cli(args_type, args=list(argv), prog=prog, config=tuple(config))
-    except SystemExit as stop:
-        if not stop.code:  # --help
-            print(captured.getvalue(), end="")
+        except SystemExit as stop:
+            if stop.code:  # an error the hook did not see (tyro always fires it today)
+                raise UsageError(f"cannot parse the command line: {' '.join(argv)}") from None
             raise
-        raise UsageError(first_message(captured.getvalue())) from None
 
 
-def first_message(boxed: str) -> str:
-    """The message of tyro's first error box, as one line.
+def join_dash_values(args_type: type, argv: Sequence[str]) -> list[str]:
+    """`--name VALUE` -> `--name=VALUE` where `name` is a top-level string field and VALUE
+    starts with `-`: a string flag's value is the next word, whatever it begins with."""
+    if not dataclasses.is_dataclass(args_type):
+        return list(argv)
+    hints = typing.get_type_hints(args_type)
+    string_flags = {
+        spelling
+        for field in dataclasses.fields(args_type)
+        if _takes_string(hints.get(field.name))
+        for spelling in (flag(field.name), "--" + field.name)
+    }
+    out: list[str] = []
+    tokens = list(argv)
+    index = 0
+    while index < len(tokens):
+        token = tokens[index]
+        following = tokens[index + 1] if index + 1 < len(tokens) else None
+        if token in string_flags and following is not None and following.startswith("-"):
+            out.append(f"{token}={following}")
+            index += 2
+            continue
+        out.append(token)
+        index += 1
+    return out
 
-    tyro draws a title, a rule, the message, a rule, then help text; with UTF-8 boxes or
-    plain ASCII depending on the terminal, so only the rules and box edges are relied on.
-    """
-    lines = [line.strip(" │╭╮╰╯") for line in boxed.splitlines()]
-    lines = [line for line in lines if line]
-    sections: list[list[str]] = [[]]
-    for line in lines[1:]:  # lines[0] is the box's title ("Invalid choice")
-        if set(line) <= {"─", "-", " "}:
-            sections.append([])
-        else:
-            sections[-1].append(line)
-    sections = [" ".join(section) for section in sections if section]
-    if not sections:
-        return " ".join(lines)
-    # The section after the message lists what is valid when tyro knows it
-    # ("Available subcommands: ..."); the rest is help text.
-    if len(sections) > 1 and sections[1].startswith("Available"):
-        return f"{sections[0]}; {sections[1]}"
-    return sections[0]
+
+def _takes_string(hint: Any) -> bool:
+    if hint is str:
+        return True
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+        return args == [str]
+    return False
+
+
+def _raise_usage_error(event: Any) -> None:
+    """tyro's parse-error hook: every failure becomes one UsageError line of our wording."""
+    from tyro import _errors as e
+
+    def name(argument: Any) -> str:
+        return argument.display_name() if argument is not None else "a value"
+
+    if isinstance(event, e.InvalidChoice):
+        choices = ", ".join(str(choice) for choice in event.argument.lowered.choices or ())
+        raise UsageError(f"{name(event.argument)} {event.value!r} is not valid; valid: {choices}")
+    if isinstance(event, e.BadValue):
+        raise UsageError(f"{name(event.argument)} needs a value")
+    if isinstance(event, e.UnrecognizedArgs):
+        tokens = " ".join(event.tokens)
+        raise UsageError(f"unrecognized argument {tokens}; --help lists the valid ones")
+    if isinstance(event, e.MissingSubcommand):
+        names = ", ".join(event.subcommand_spec.parser_from_name)
+        raise UsageError(f"missing the subcommand; valid: {names}")
+    if isinstance(event, e.MissingArgs):
+        missing = ", ".join(a.arg.display_name() for a in event.missing_arguments)
+        extra = f" (unrecognized: {' '.join(event.unrecognized_tokens)})"
+        raise UsageError(f"missing {missing}" + (extra if event.unrecognized_tokens else ""))
+    if isinstance(event, e.MutexConflict):
+        raise UsageError(f"{event.first_token} and {event.second_token} exclude each other")
+    if isinstance(event, e.SubcommandConflict):
+        raise UsageError(f"{event.attempted!r} conflicts with {event.already_selected!r}")
+    if isinstance(event, e.InstantiationFailure):
+        message = _first_line(event.message)
+        where = f"{event.argument.display_name()}: " if event.argument is not None else ""
+        raise UsageError(f"{where}{message}")
+    raise UsageError(f"invalid command line ({type(event).__name__})")
+
+
+# --- the entry point -------------------------------------------------------------------------
+
+
+def say(prog: str, message: str) -> None:
+    """One line on stderr in the shared format."""
+    print(f"{prog}: error: {message}", file=sys.stderr, flush=True)
+
+
+def run(prog: str, body: Callable[[], int]) -> int:
+    """Run an entry point's body: a UsageError is one line and exit 2, --help exit 0."""
+    try:
+        return body()
+    except UsageError as error:
+        say(prog, one_line(error))
+        return EXIT_USAGE
+    except SystemExit as stop:  # --help, or a body that exits on purpose
+        return stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)

@@ -14,14 +14,24 @@ fills what an object leaves out from the preset's case of the same architecture.
 from __future__ import annotations
 
 import dataclasses
+import json
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import pydantic
 
-from dew.config import Config
+from dew.bench.cli import one_line
+from dew.bench.schema import StepRow
+from dew.config import AttentionImpl, Config
 
 # Registry entries that never get a row: they train inside another architecture's step.
 NO_STEP_OF_THEIR_OWN = {"jepa_predictor": "trains inside jepa_encoder and jepa_video_encoder"}
+
+# What `moe: true` means per architecture: the model-config fields of its MoE case. A
+# benchmark notion (which variant the table times), so it lives here, not in the model.
+MOE_CASES: dict[str, dict[str, Any]] = {
+    "causal_transformer": {"experts": 8, "top_k": 2, "moe_every": 2},  # top-2 of 8, every 2nd
+}
 
 
 class Case(Config):
@@ -30,12 +40,57 @@ class Case(Config):
     architecture: str
     batch: int = pydantic.Field(ge=1)
     head_chunks: int | None = pydantic.Field(default=None, ge=1)
-    attention_impl: Literal["xla", "cudnn", "auto"] | None = None
+    attention_impl: AttentionImpl | None = None
     moe: bool = False
     condition_in_state: bool | None = None
     model: dict[str, Any] = pydantic.Field(
         default_factory=dict, description="overrides of the model config's fields"
     )
+
+    def row_fields(self) -> dict[str, Any]:
+        """The StepRow fields that say which case a row is (its identity, no figures)."""
+        extra: dict[str, Any] = {"batch": self.batch}
+        if self.moe:
+            extra["moe"] = True
+        if self.condition_in_state is not None:
+            extra["condition_in_state"] = self.condition_in_state
+        for name, value in sorted(self.model.items()):
+            scalar = value is None or isinstance(value, str | int | float | bool)
+            extra[f"model.{name}"] = value if scalar else json.dumps(value)
+        return {
+            "architecture": self.architecture,
+            "head_chunks": self.head_chunks,
+            "attention_impl": self.attention_impl,
+            "case": extra,
+        }
+
+    def key(self) -> tuple:
+        """The identity its row will have (StepRow.key): what --resume matches on."""
+        return StepRow(**self.row_fields(), status="ok").key()
+
+    def label(self) -> str:
+        return StepRow(**self.row_fields(), status="ok").label()
+
+    def model_overrides(self, config_fields: Any) -> dict[str, Any]:
+        """The model-config fields this case sets: its `model` overrides, head_chunks and
+        the MoE settings (ValueError naming a setting that does not apply)."""
+        unknown = sorted(set(self.model) - set(config_fields))
+        if unknown:
+            raise ValueError(
+                f"unknown model field {unknown[0]!r} for {self.architecture}; "
+                f"valid: {', '.join(sorted(config_fields))}"
+            )
+        overrides = dict(self.model)
+        if self.head_chunks is not None:
+            if "head_chunks" not in config_fields:
+                raise ValueError(f"head_chunks does not apply to {self.architecture}")
+            overrides["head_chunks"] = self.head_chunks
+        if self.moe:
+            if self.architecture not in MOE_CASES:
+                valid = ", ".join(sorted(MOE_CASES))
+                raise ValueError(f"{self.architecture} has no MoE case; valid: {valid}")
+            overrides.update(MOE_CASES[self.architecture])
+        return overrides
 
 
 CASE_FIELDS = tuple(Case.model_fields)
@@ -106,6 +161,31 @@ def get(name: str) -> Preset:
     return PRESETS[name]
 
 
+def resolve(
+    preset_name: str, architectures: Sequence[str] | None, cases_json: str | None
+) -> tuple[Case, ...]:
+    """The cases a run covers, from --preset, --architectures and --cases (ValueError: one
+    line naming the bad value). --cases replaces the preset's cases; --architectures then
+    keeps those of the named architectures."""
+    preset = get(preset_name)
+    if architectures is not None and not architectures:
+        valid = ", ".join(sorted({case.architecture for case in preset.cases}))
+        raise ValueError(f"--architectures needs at least one name; valid: {valid}")
+    if cases_json is None:
+        return select(preset, list(architectures)) if architectures else preset.cases
+    try:
+        objects = json.loads(cases_json)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"--cases is not valid JSON: {error}") from None
+    cases = merge_cases(preset, objects)
+    if architectures:
+        names = {case.architecture for case in select(preset, list(architectures))}
+        cases = tuple(case for case in cases if case.architecture in names)
+        if not cases:
+            raise ValueError(f"--cases has no case of --architectures {' '.join(architectures)}")
+    return cases
+
+
 def select(preset: Preset, architectures: list[str]) -> tuple[Case, ...]:
     """The preset's cases of these architectures, in the preset's order."""
     valid = sorted({case.architecture for case in preset.cases})
@@ -151,9 +231,5 @@ def merge_cases(preset: Preset, objects: Any) -> tuple[Case, ...]:
         try:
             cases.append(Case.model_validate({**base, **item}))
         except pydantic.ValidationError as error:
-            first = error.errors()[0]
-            where = ".".join(str(part) for part in first["loc"])
-            raise ValueError(
-                f"--cases[{index}].{where}: {first['msg']} (got {first.get('input')!r})"
-            ) from None
+            raise ValueError(f"--cases[{index}]: {one_line(error)}") from None
     return tuple(cases)

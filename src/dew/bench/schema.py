@@ -11,7 +11,7 @@ Public names (other modules build records with these):
     StepRow          one step-benchmark row, fields named after the table's columns
     DataRow          one loader-benchmark row
     read_run(path)   load and validate a record
-    write_run(path, run)   validate, then write atomically (temporary file + os.replace)
+    write_run(path, run)   validate, then write atomically (dew.bench.files.atomic_write)
     ENV_FLAG_PREFIXES      the only environment variables a record may carry
 
 Imports pydantic and the standard library only, so a record validates anywhere.
@@ -20,19 +20,20 @@ Imports pydantic and the standard library only, so a record validates anywhere.
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import math
 import os
 import re
 import sys
-import tempfile
 from datetime import date, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import pydantic
 from pydantic import Discriminator, Field, Tag
+
+from dew.bench.files import atomic_write  # standard library only
 
 SCHEMA_VERSION = 1
 
@@ -277,10 +278,32 @@ class StepRow(_Row):
                 raise ValueError(f"loss={self.loss} contradicts loss_finite={self.loss_finite}")
         return self
 
-    def case_key(self) -> tuple:
-        """What identifies this row within a run: architecture and the case settings set."""
-        extra = tuple(sorted((self.case or {}).items(), key=lambda kv: kv[0]))
-        return (self.architecture, self.head_chunks, self.attention_impl, extra)
+    # --- the identity of a case: the one place it is spelled ------------------------------
+
+    def key(self) -> tuple:
+        """What identifies this row's case: architecture, batch and the case settings.
+
+        The batch is read from either place a record keeps it (the column, or the case
+        settings of a row that failed before its figures), so a published row and a new one
+        of the same case match. --resume, compare and the report all match on this."""
+        case = dict(self.case or {})
+        batch = self.batch if self.batch is not None else case.get("batch")
+        case.pop("batch", None)
+        settings = tuple(sorted(case.items(), key=lambda kv: kv[0]))
+        return (self.architecture, batch, self.head_chunks, self.attention_impl, settings)
+
+    def label(self) -> str:
+        """The architecture and the settings that tell its rows apart (batch has a column):
+        `causal_transformer (moe)`, `causal_transformer (head_chunks=1)`."""
+        parts = []
+        if self.head_chunks is not None:
+            parts.append(f"head_chunks={self.head_chunks}")
+        if self.attention_impl is not None:
+            parts.append(f"attention_impl={self.attention_impl}")
+        for name, value in sorted((self.case or {}).items()):
+            if name != "batch":
+                parts.append(name if value is True else f"{name}={value}")
+        return self.architecture + (f" ({', '.join(parts)})" if parts else "")
 
 
 class DataRow(_Row):
@@ -307,8 +330,12 @@ class DataRow(_Row):
         _check_order(self, ("p50_ms", "p95_ms"))
         return self
 
-    def case_key(self) -> tuple:
+    def key(self) -> tuple:
+        """What identifies this row's loader configuration."""
         return (self.dataset, self.batch, self.image_size, self.workers, self.threads)
+
+    def label(self) -> str:
+        return f"{self.dataset} (workers={self.workers}, threads={self.threads})"
 
 
 def _row_kind(row: Any) -> str | None:
@@ -400,19 +427,7 @@ def write_run(path: str | os.PathLike, run: BenchmarkRun | dict) -> BenchmarkRun
     """Validate `run`, then write it atomically: a reader sees the old file or the new one."""
     payload = run.model_dump(mode="python") if isinstance(run, BenchmarkRun) else run
     validated = BenchmarkRun.model_validate(payload)
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; a record is meant to be shared
-        with os.fdopen(fd, "w") as f:
-            f.write(dump_run(validated))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, dump_run(validated))
     return validated
 
 
@@ -442,21 +457,31 @@ def export(directory: str | os.PathLike) -> list[Path]:
     directory.mkdir(parents=True, exist_ok=True)
     written = []
     for name, text in json_schemas().items():
-        path = directory / name
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)
-        written.append(path)
+        written.append(atomic_write(directory / name, text))
     return written
 
 
+@dataclasses.dataclass(frozen=True)
+class ExportArgs:
+    """Write the JSON Schema files of the results schema."""
+
+    export: Path
+    """the directory to write the *.schema.json files into"""
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dew.bench.schema", description=__doc__)
-    parser.add_argument("--export", metavar="DIR", required=True, help="write JSON Schema here")
-    args = parser.parse_args(argv)
-    for path in export(args.export):
-        print(path)
-    return 0
+    from dew.bench import cli
+    from dew.bench.files import check_output_dir
+
+    def body() -> int:
+        argv_ = sys.argv[1:] if argv is None else argv
+        args = cli.parse(ExportArgs, argv_, prog="python -m dew.bench.schema")
+        check_output_dir(args.export, flag="--export")
+        for path in export(args.export):
+            print(path)
+        return 0
+
+    return cli.run("dew.bench.schema", body)
 
 
 if __name__ == "__main__":

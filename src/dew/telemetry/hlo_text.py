@@ -21,6 +21,13 @@ _COMPUTATION = re.compile(r"^(ENTRY\s+)?%?([^\s(]+)\s*\(")
 _ARRAY_SHAPE = re.compile(r"([a-z][a-z0-9]*)\[([^\]]*)\]")
 _OPERAND_NAME = re.compile(r"%([^\s,(){}]+)")
 
+# Attributes of an instruction that name other computations or settings (Instruction.attribute).
+CALLS = re.compile(r"calls=%?([^\s,{}()]+)")
+BODY = re.compile(r"body=%?([^\s,{}()]+)")
+CONDITION = re.compile(r"condition=%?([^\s,{}()]+)")
+DIRECTION = re.compile(r"direction=([A-Z]+)")
+INDEX = re.compile(r"index=(\d+)")
+
 
 class HloParseError(ValueError):
     """The HLO text is not what the counter understands; the message names the spot."""

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from dew.telemetry import hlo_text
 from dew.telemetry.hlo_text import Computation, HloModule, HloParseError, Instruction
 from dew.telemetry.peaks import peak_bf16_flops
+from dew.telemetry.trip_count import trip_count
 
 __all__ = [
     "FlopCount",
@@ -77,15 +78,10 @@ _LHS_CONTRACTING = re.compile(r"lhs_contracting_dims=\{([\d,\s]*)\}")
 _WINDOW = re.compile(r"window=\{([^}]*)\}")
 _DIM_LABELS = re.compile(r"dim_labels=([0-9a-z]+)_([0-9a-z]+)->([0-9a-z]+)")
 _TARGET = re.compile(r'custom_call_target="([^"]*)"')
-_CALLS = re.compile(r"calls=%?([^\s,{}()]+)")
 _TO_APPLY = re.compile(r"to_apply=%?([^\s,{}()]+)")
-_BODY = re.compile(r"body=%?([^\s,{}()]+)")
-_CONDITION = re.compile(r"condition=%?([^\s,{}()]+)")
 _BRANCHES = re.compile(r"branch_computations=\{([^}]*)\}")
 _TRUE_BRANCH = re.compile(r"true_computation=%?([^\s,{}()]+)")
 _FALSE_BRANCH = re.compile(r"false_computation=%?([^\s,{}()]+)")
-_DIRECTION = re.compile(r"direction=([A-Z]+)")
-_INDEX = re.compile(r"index=(\d+)")
 
 
 @dataclass(frozen=True)
@@ -198,13 +194,13 @@ class _Counter:
             elif opcode == "custom-call":
                 self._custom_call(computation, instruction, tally)
             elif opcode in ("fusion", "async-start"):
-                tally.add(self.computation(_required(instruction, _CALLS, "calls")))
+                tally.add(self.computation(_required(instruction, hlo_text.CALLS, "calls")))
             elif opcode == "call":
                 tally.add(self.computation(_required(instruction, _TO_APPLY, "to_apply")))
             elif opcode == "while":
-                trips = _trip_count(self.module, computation, instruction)
-                tally.add(self.computation(_required(instruction, _BODY, "body")), trips)
-                condition = _required(instruction, _CONDITION, "condition")
+                trips = trip_count(self.module, computation, instruction)
+                tally.add(self.computation(_required(instruction, hlo_text.BODY, "body")), trips)
+                condition = _required(instruction, hlo_text.CONDITION, "condition")
                 tally.add(self.computation(condition), trips + 1)
             elif opcode == "conditional":
                 branches = [self.computation(b) for b in _branch_names(instruction)]
@@ -354,121 +350,3 @@ def _fmha_flops(computation: Computation, instruction: Instruction, products: in
     value_head = value.dims[-1]
     # Half of the products contract or produce the Q/K head dim, half the V head dim.
     return 2.0 * b * n * t * s * (products // 2) * (query_head + value_head)
-
-
-def _trip_count(module: HloModule, caller: Computation, instruction: Instruction) -> int:
-    config = instruction.backend_config() or {}
-    known = config.get("known_trip_count")
-    if known and "n" in known:
-        return int(known["n"])
-    trips = _infer_trip_count(module, caller, instruction, config.get("known_init_step") or {})
-    if trips is None:
-        raise HloParseError(
-            f"while %{instruction.name} in %{caller.name}: no known_trip_count in its "
-            "backend_config and no constant-bounded counter to infer it from; counting its "
-            "body once would be wrong"
-        )
-    return trips
-
-
-def _scalar_source(module: HloModule, computation: Computation, name: str):
-    """('const', value), ('param', tuple index of parameter 0), or None, through copies."""
-    seen = 0
-    while seen < 32:
-        seen += 1
-        instruction = computation.instructions.get(name)
-        if instruction is None:
-            return None
-        opcode = instruction.opcode
-        if opcode in ("copy", "bitcast", "reshape", "convert"):
-            name = instruction.operands[0]
-        elif opcode == "constant":
-            try:
-                return ("const", int(float(instruction.literal)))
-            except ValueError:
-                return None
-        elif opcode == "get-tuple-element":
-            source = computation.instructions.get(instruction.operands[0])
-            index = instruction.attribute(_INDEX)
-            if source is None or source.opcode != "parameter" or index is None:
-                return None
-            return ("param", int(index))
-        elif opcode == "parameter":
-            return ("param_self", int(instruction.literal))
-        else:
-            return None
-    return None
-
-
-def _binary_op(module: HloModule, computation: Computation, name: str, opcode: str):
-    """(attributes, [sources of both operands]) of `opcode`, looking through a wrapping fusion."""
-    instruction = computation.instructions.get(name)
-    if instruction is None:
-        return None
-    if instruction.opcode == opcode:
-        sources = [_scalar_source(module, computation, o) for o in instruction.operands]
-        return instruction, sources
-    if instruction.opcode == "fusion":
-        callee = module.computations.get(instruction.attribute(_CALLS) or "")
-        if callee is None or callee.root is None:
-            return None
-        inner = callee.instructions[callee.root]
-        if inner.opcode != opcode:
-            return None
-        sources = []
-        for operand in inner.operands:
-            source = _scalar_source(module, callee, operand)
-            if source is not None and source[0] == "param_self":
-                outer = instruction.operands[source[1]]
-                source = _scalar_source(module, computation, outer)
-            sources.append(source)
-        return inner, sources
-    return None
-
-
-def _infer_trip_count(module, caller, instruction, known_init_step) -> int | None:
-    condition = module.computations.get(instruction.attribute(_CONDITION) or "")
-    body = module.computations.get(instruction.attribute(_BODY) or "")
-    if condition is None or body is None or condition.root is None or body.root is None:
-        return None
-    compare = _binary_op(module, condition, condition.root, "compare")
-    if compare is None:
-        return None
-    compare_instruction, (left, right) = compare
-    direction = compare_instruction.attribute(_DIRECTION)
-    if left and right and left[0] == "const" and right[0] == "param":
-        left, right = right, left
-        direction = {"LT": "GT", "LE": "GE", "GT": "LT", "GE": "LE"}.get(direction, direction)
-    if not (left and right and left[0] == "param" and right[0] == "const"):
-        return None
-    index, bound = left[1], right[1]
-
-    init = known_init_step.get("init")
-    initial = caller.instructions.get(instruction.operands[0])
-    if initial is not None and initial.opcode == "tuple" and index < len(initial.operands):
-        source = _scalar_source(module, caller, initial.operands[index])
-        if source and source[0] == "const":
-            init = source[1]
-    step = known_init_step.get("step")
-    root = body.instructions[body.root]
-    if root.opcode == "tuple" and index < len(root.operands):
-        add = _binary_op(module, body, root.operands[index], "add")
-        if add is not None:
-            sources = add[1]
-            constants = [s[1] for s in sources if s and s[0] == "const"]
-            if ("param", index) in sources and len(constants) == 1:
-                step = constants[0]
-    if init is None or step is None or int(step) == 0:
-        return None
-    init, step = int(init), int(step)
-    if direction == "LT" and step > 0:
-        return max(0, -(-(bound - init) // step))
-    if direction == "LE" and step > 0:
-        return max(0, (bound - init) // step + 1)
-    if direction == "GT" and step < 0:
-        return max(0, -(-(init - bound) // -step))
-    if direction == "GE" and step < 0:
-        return max(0, (init - bound) // -step + 1)
-    if direction == "NE" and (bound - init) % step == 0 and (bound - init) // step >= 0:
-        return (bound - init) // step
-    return None

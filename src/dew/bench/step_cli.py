@@ -1,0 +1,171 @@
+"""tools/benchmark_step.py: the step benchmark's command line.
+
+    python tools/benchmark_step.py --preset small --architectures unet --json-out bench.json
+
+Parse (tyro, through dew.bench.cli) -> the cases (dew.bench.presets) -> every check that
+concerns the whole run, before any case starts (dew.bench.preflight) -> the run
+(dew.bench.step) -> the table (dew.bench.report). Exit 0: every case ok; 1: a case
+failed; 2: bad input.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shlex
+import sys
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from dew.bench import cli, presets
+from dew.bench.files import check_output_dir, check_output_file
+from dew.bench.settings import CACHE_OFF, Options
+
+PROG = "benchmark_step"
+
+
+@dataclasses.dataclass(frozen=True)
+class Args(Options):
+    """Time one compiled training step per architecture: ms/step, p10/p50/p90, GFLOP/step,
+    util, peak memory, compile seconds. Exit 0: every case ok; 1: some failed; 2: usage."""
+
+    architectures: tuple[str, ...] | None = None
+    """run only the preset's cases of these architectures"""
+    cases: str | None = None
+    """JSON list of objects of Case fields replacing the preset's cases, e.g.
+    '[{"architecture": "causal_transformer", "head_chunks": 1}]'"""
+    mesh: str | None = None  # type: ignore[assignment]  # JSON on the command line
+    """JSON object of MeshSpec fields (data, fsdp, min_shard_size); default: the preset's"""
+    json_out: str | None = None
+    """the run's record, rewritten atomically after every row; an existing file needs
+    --resume or --overwrite"""
+    resume: bool = False
+    """continue --json-out: keep its rows, run only the cases not ok in it yet"""
+    overwrite: bool = False
+    """replace an existing --json-out"""
+    format: Literal["tsv", "md"] = "tsv"
+    """the table on stdout: the seed's tab-separated layout or Markdown"""
+    idle_check: Literal["error", "warn", "off"] = "warn"
+    """sample the host before measuring: refuse (error), warn, or skip the check"""
+
+
+def options_from(args: Args) -> tuple[Options, tuple[presets.Case, ...]]:
+    """The run's Options and cases; what tyro cannot check raises UsageError."""
+    if args.steps < 1:
+        raise cli.UsageError(f"--steps must be at least 1 (got {args.steps})")
+    if args.warmup < 0:
+        raise cli.UsageError(f"--warmup must be at least 0 (got {args.warmup})")
+    if args.resume and not args.json_out:
+        raise cli.UsageError("--resume needs --json-out (the record to continue)")
+    if args.resume and args.overwrite:
+        raise cli.UsageError("--resume and --overwrite exclude each other")
+    try:
+        cases = presets.resolve(args.preset, args.architectures, args.cases)
+    except ValueError as error:
+        raise cli.UsageError(str(error)) from None
+    mesh = dict(presets.get(args.preset).mesh)
+    if args.mesh is not None:
+        mesh.update(mesh_fields(args.mesh))
+    shared = {field.name: getattr(args, field.name) for field in dataclasses.fields(Options)}
+    return Options(**{**shared, "mesh": mesh}), cases
+
+
+def mesh_fields(text: str) -> dict[str, Any]:
+    import pydantic
+
+    from dew.train.mesh import MeshSpec
+
+    try:
+        fields = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise cli.UsageError(f"--mesh is not valid JSON: {error}") from None
+    valid = ", ".join(MeshSpec.model_fields)
+    if not isinstance(fields, dict):
+        raise cli.UsageError(
+            f"--mesh must be a JSON object of MeshSpec fields ({valid}); got {text}"
+        )
+    for name in fields:
+        if name not in MeshSpec.model_fields:
+            raise cli.UsageError(f"--mesh: unknown MeshSpec field {name!r}; valid: {valid}")
+    try:
+        MeshSpec(**fields)
+    except pydantic.ValidationError as error:
+        raise cli.UsageError(f"--mesh: {cli.one_line(error)}") from None
+    return fields
+
+
+def check_outputs(args: Args) -> None:
+    """Every path the run writes, before any work."""
+    if args.json_out:
+        check_output_file(
+            args.json_out,
+            flag="--json-out",
+            overwrite=args.overwrite,
+            resume=args.resume,
+            may_resume=True,
+        )
+    if args.profile_dir:
+        check_output_dir(args.profile_dir, flag="--profile-dir")
+    if args.compilation_cache_dir and args.compilation_cache_dir != CACHE_OFF:
+        check_output_dir(args.compilation_cache_dir, flag="--compilation-cache-dir")
+
+
+def log(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The CLI: parse, check, run every case, print the table; returns the exit code."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    return cli.run(PROG, lambda: _main(argv))
+
+
+def _main(argv: list[str]) -> int:
+    from dew.bench import preflight, report, step
+    from dew.bench.idle import HostNotIdle
+    from dew.train import distributed
+
+    args = cli.parse(Args, argv, prog="tools/benchmark_step.py")
+    options, cases = options_from(args)
+    check_outputs(args)
+    preflight.check_cases(cases, options.preset)
+    warnings: list[str] = []
+    try:
+        in_cluster = distributed.detect() is not None
+    except distributed.DistributedSetupError as error:
+        raise cli.UsageError(str(error)) from None
+    if not in_cluster:  # a cluster's devices are known only once it is joined
+        _, warnings = preflight.prepare_environment(options, cases, log)
+    if not options.isolate and options.xla_flags:
+        # In-process cases: XLA reads its flags when the backend starts, which is later.
+        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {options.xla_flags}"
+    try:  # join the cluster the environment describes, before the backend starts
+        cluster = distributed.initialize()
+    except distributed.DistributedSetupError as error:
+        raise cli.UsageError(str(error)) from None
+    if cluster is not None:
+        # A child per case cannot rejoin the runtime: cases run in the processes that joined.
+        if options.isolate and options.xla_flags:
+            os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {options.xla_flags}"
+        options = dataclasses.replace(options, isolate=False)
+    for line in warnings:
+        log(f"warning: {line}")
+    try:
+        record = step.run(
+            options,
+            cases,
+            json_out=args.json_out,
+            resume=args.resume,
+            command=shlex.join(["python", "tools/benchmark_step.py", *argv]),
+            idle_check=args.idle_check,
+            warnings=warnings,
+            log=log,
+        )
+    except HostNotIdle as refusal:
+        cli.say(PROG, str(refusal))
+        return cli.EXIT_CHANGED
+    if distributed.process_index() == 0:  # process 0 prints the table for the run
+        rows = [row for row in record.rows if row.key() in {case.key() for case in cases}]
+        print(report.step_table(rows, args.format, compile_only=options.compile_only), end="")
+    return step.exit_code(record, cases)
