@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from dew.bench import idle
+from dew.bench.schema import IdleCheck
 
 BURN = "import sys; print('ready', flush=True)\nwhile True: pass"
 SLEEP = "import sys, time; print('ready', flush=True); time.sleep(120)"
@@ -88,3 +89,27 @@ def test_off_mode_records_that_no_check_ran():
 def test_unknown_mode_names_the_valid_ones():
     with pytest.raises(ValueError, match="'strict'.*error, warn, off"):
         idle.guard("strict")
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["--window", "0"], "--window 0 is not a positive number of seconds"),
+        (["--window", "-2"], "--window -2 is not a positive number of seconds"),
+        (["--window", "nan"], "--window nan is not a positive number of seconds"),
+        (["--window", "soon"], "--window"),
+        (["--mode", "off"], "'off' is not valid; valid: warn, error"),
+        (["--quiet"], "unrecognized argument --quiet"),
+    ],
+)
+def test_cli_bad_flags_are_one_line_and_exit_2(capsys, argv, expected):
+    assert idle.main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith(f"{idle.PROG}: error: ") and expected in err
+
+
+def test_cli_prints_the_readings_and_warn_mode_exits_0(capsys):
+    assert idle.main(["--window", "0.2"]) == 0  # warn: busy or not, the exit is 0
+    check = IdleCheck.model_validate_json(capsys.readouterr().out)
+    assert check.mode == "warn" and check.window_s > 0

@@ -155,11 +155,16 @@ def test_write_run_validates_first_and_leaves_the_old_file(tmp_path):
     assert oct(os.stat(target).st_mode & 0o777) == "0o644"
 
 
-def test_case_key_tells_rows_apart():
+def test_key_tells_rows_apart_and_label_names_them():
     a = StepRow(**step_row(head_chunks=1))
     b = StepRow(**step_row(head_chunks=2))
     c = StepRow(**step_row(head_chunks=1))
-    assert a.case_key() != b.case_key() and a.case_key() == c.case_key()
+    assert a.key() != b.key() and a.key() == c.key()
+    assert a.label() == "simple_dit (head_chunks=1)"
+    # The batch is one identity wherever a record keeps it: the column or the case.
+    in_case = StepRow(**step_row(batch=None, case={"batch": 16, "moe": True}))
+    assert in_case.key() == StepRow(**step_row(case={"moe": True})).key()
+    assert in_case.label() == "simple_dit (moe)"
 
 
 def test_exported_json_schema_is_current(tmp_path):
@@ -186,7 +191,8 @@ def test_validate_cli_reports_paths_and_exit_status(tmp_path, capsys):
     broken = tmp_path / "broken.json"
     broken.write_text("{")
     assert validate.main([str(good)]) == 0
-    assert validate.main([str(good), str(bad), str(broken)]) == 1
+    assert validate.main([str(good), str(bad)]) == 1  # an invalid record: 1
+    assert validate.main([str(good), str(bad), str(broken)]) == 2  # not JSON: bad input, 2
     err = capsys.readouterr().err
     assert f"{bad}: $.rows[0].p90_ms: Input should be greater than or equal to 0" in err
-    assert f"{broken}: not JSON" in err
+    assert f"{validate.PROG}: error: {broken}: not JSON" in err

@@ -1,52 +1,48 @@
 """Hold a run against a reference record: did it reproduce, and if not, why?
 
-`python -m dew.bench.compare RUN [REFERENCE] [--band 5] [--format md|text] [--plot PNG]`
+`python -m dew.bench.compare RUN [REFERENCE] [--band 5] [--format md|text] [--plot PNG]
+[--overwrite]`
 
 First the stack differences (packages, driver, device, env flags, commit, settings), then
 per row the ratios run / reference of ms/step, p50, samples/s, util and peak GiB, and a
-verdict within the noise band. Rows are matched by architecture and case settings. A row
+verdict within the noise band. Rows are matched on `row.key()` (see `match_rows`). A row
 whose model differs (GFLOP/step, backbone params, batch or sample) is "different model,
 not comparable": its ratios are shown but it does not decide the exit status.
+A compile-only RUN (settings.compile_only) has no times: compare prints the parity table
+instead, params and GFLOP/step against the reference (dew.bench.parity has the commands).
 
 The reference defaults to the published record (results/published/) of the same kind that
-shares the most rows with the run. Exit 0 when every comparable row is within the band,
-1 when one is not (or nothing was comparable), 2 for bad input.
+shares the most rows with the run. --plot writes a PNG, refusing an input or an existing
+file (unless --overwrite) before anything is printed. Exit 0 when every comparable row is
+within the band (parity holds), 1 when one is not (or nothing was comparable), 2 for bad
+input: flags, a file that is no valid record, records of two kinds, an unwritable --plot.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Annotated, Literal
 
-from dew.bench import report
+import tyro
+
+from dew.bench import cli, files, report
+from dew.bench.cli import UsageError
 from dew.bench.schema import BenchmarkRun, DataRow, StepRow
-from dew.bench.validate import check_file
+from dew.bench.validate import check_file, load
 
+PROG = "python -m dew.bench.compare"
 PUBLISHED_DIR = Path(__file__).resolve().parents[3] / "results" / "published"
 GFLOP_TOLERANCE = 1e-3  # 0.1%: the HLO count is exact; beyond this the step differs
-NOT_RECORDED = "not recorded"
 
 RATIO_FIELDS = {
     "step": ("ms_per_step", "p50_ms", "samples_per_s", "util", "peak_gib"),
     "data": ("samples_per_s", "p50_ms", "p95_ms", "first_batch_s"),
 }
-RATIO_HEADERS = {
-    "ms_per_step": "ms/step",
-    "p50_ms": "p50",
-    "p95_ms": "p95",
-    "samples_per_s": "samples/s",
-    "util": "util",
-    "peak_gib": "peak GiB",
-    "first_batch_s": "first batch",
-}
-
-
-class UsageError(Exception):
-    """Bad input: one line for stderr, exit 2."""
+TIMING = {"step": "ms_per_step", "data": "samples_per_s"}  # what a verdict is judged on
 
 
 @dataclasses.dataclass
@@ -96,23 +92,30 @@ class Comparison:
         counted = self.counted
         return bool(counted) and all(r.within_band for r in counted)
 
+    @property
+    def fields(self) -> tuple[str, ...]:
+        return RATIO_FIELDS[self.kind]
+
+    @property
+    def timing(self) -> str:
+        return TIMING[self.kind]
+
 
 # --- stack -------------------------------------------------------------------------------
 
 
 def _show(value) -> str:
     if value is None:
-        return NOT_RECORDED
+        return report.NOT_RECORDED
     if isinstance(value, dict):
         return ", ".join(f"{k}={v}" for k, v in sorted(value.items())) or "{}"
     return str(value)
 
 
-def _device_kind(kind: str | None) -> str | None:
+def _same_device(a: str, b: str) -> bool:
     """'NVIDIA GeForce RTX 4080' and 'RTX 4080' name the same card."""
-    if kind is None:
-        return None
-    return re.sub(r"nvidia|geforce|[\s_-]", "", kind.lower())
+    x, y = (re.sub(r"nvidia|geforce|[\s_-]", "", kind.lower()) for kind in (a, b))
+    return x in y or y in x
 
 
 def _same_commit(a: str, b: str) -> bool:
@@ -140,19 +143,10 @@ def stack_differences(
     known("commit", ca and ca.commit, cb and cb.commit, _same_commit)
     known("dirty tree", ca and ca.dirty, cb and cb.dirty)
     da, db = ea.devices, eb.devices
-    known(
-        "device",
-        da and da.kind,
-        db and db.kind,
-        lambda x, y: _device_kind(x) in _device_kind(y) or _device_kind(y) in _device_kind(x),
-    )
+    known("device", da and da.kind, db and db.kind, _same_device)
     known("device count", da and da.count, db and db.count)
-    known(
-        "device memory GiB",
-        da and da.memory_gib,
-        db and db.memory_gib,
-        lambda x, y: abs(x - y) < 0.5,
-    )
+    close = lambda x, y: abs(x - y) < 0.5  # GiB as a tool or a spec sheet rounds them
+    known("device memory GiB", da and da.memory_gib, db and db.memory_gib, close)
     known("driver", ea.driver_version, eb.driver_version)
     known("CUDA", ea.cuda_version, eb.cuda_version)
     known("cuDNN", ea.cudnn_version, eb.cudnn_version)
@@ -168,8 +162,8 @@ def stack_differences(
     fa, fb = ea.env_flags, eb.env_flags
     if fa is not None or fb is not None:
         for name in sorted(set(fa or {}) | set(fb or {})):
-            a = (fa or {}).get(name, "unset" if fa is not None else NOT_RECORDED)
-            b = (fb or {}).get(name, "unset" if fb is not None else NOT_RECORDED)
+            a = (fa or {}).get(name, "unset" if fa is not None else report.NOT_RECORDED)
+            b = (fb or {}).get(name, "unset" if fb is not None else report.NOT_RECORDED)
             if a != b:
                 diffs.append(StackDifference(f"env {name}", a, b))
     ja, jb = ea.jax_config or {}, eb.jax_config or {}
@@ -186,44 +180,16 @@ def stack_differences(
 # --- rows --------------------------------------------------------------------------------
 
 
-def row_key(row: StepRow | DataRow) -> tuple:
-    """Architecture (or dataset) and the case settings, with batch read from either place."""
-    if isinstance(row, DataRow):
-        return row.case_key()
-    case = dict(row.case or {})
-    batch = row.batch if row.batch is not None else case.get("batch")
-    case.pop("batch", None)
-    return (
-        row.architecture,
-        batch,
-        row.head_chunks,
-        row.attention_impl,
-        tuple(sorted(case.items(), key=lambda kv: kv[0])),
-    )
-
-
-def row_label(row: StepRow | DataRow) -> str:
-    if isinstance(row, DataRow):
-        return f"{row.dataset} (workers={row.workers}, threads={row.threads})"
-    return report.case_label(row)
-
-
-def _name(row) -> str:
-    return row.architecture if isinstance(row, StepRow) else row.dataset
-
-
 def match_rows(run_rows, ref_rows) -> list[tuple]:
-    """(run row, reference row, note) pairs; None on a side without a partner.
-
-    Exact keys first; then rows left over whose architecture is unique among the leftovers
-    on both sides are paired, with a note that their case settings differ.
-    """
+    """(run row, reference row, note) pairs; None on a side without a partner. Rows match
+    on `row.key()`; a leftover run row may then pair with a leftover reference row, with a
+    note saying how (`_partner`)."""
     ref_by_key: dict[tuple, list] = {}
     for row in ref_rows:
-        ref_by_key.setdefault(row_key(row), []).append(row)
+        ref_by_key.setdefault(row.key(), []).append(row)
     pairs, left_run = [], []
     for row in run_rows:
-        candidates = ref_by_key.get(row_key(row))
+        candidates = ref_by_key.get(row.key())
         if candidates:
             pairs.append((row, candidates.pop(0), None))
         else:
@@ -231,16 +197,41 @@ def match_rows(run_rows, ref_rows) -> list[tuple]:
     left_ref = [r for rows in ref_by_key.values() for r in rows]
     unmatched = []
     for row in left_run:
-        same_run = [r for r in left_run if _name(r) == _name(row)]
-        same_ref = [r for r in left_ref if _name(r) == _name(row)]
-        if len(same_run) == 1 and len(same_ref) == 1:
-            partner = same_ref[0]
-            left_ref.remove(partner)
-            note = f"matched by name only: {row_label(row)} vs {row_label(partner)}"
-            pairs.append((row, partner, note))
-        else:
+        partner, note = _partner(row, left_run, left_ref)
+        if partner is None:
             unmatched.append((row, None, None))
+        else:
+            left_ref.remove(partner)
+            pairs.append((row, partner, note))
     return pairs + unmatched + [(None, r, None) for r in left_ref]
+
+
+def _partner(row, left_run: list, left_ref: list) -> tuple[object | None, str | None]:
+    """A leftover reference row for a leftover run row, and why they pair: a published
+    record predates case settings a run now records (condition_in_state), so a step row
+    whose settings extend those of exactly one reference row of the same architecture,
+    batch, head_chunks and attention_impl (the one sharing most settings) is that row's
+    case; else the one row of its name, when it is the only one on both sides."""
+    key = row.key()
+    if isinstance(row, StepRow):
+        settings = set(key[4])
+        extended = [r for r in left_ref if r.key()[:4] == key[:4] and set(r.key()[4]) < settings]
+        most = max((len(r.key()[4]) for r in extended), default=-1)
+        closest = [r for r in extended if len(r.key()[4]) == most]
+        if len(closest) == 1:
+            extra = sorted(settings - set(closest[0].key()[4]))
+            shown = ", ".join(f"{name}={value}" for name, value in extra)
+            return closest[0], f"matched to {closest[0].label()}, which does not record {shown}"
+    same_run = [r for r in left_run if r.key()[0] == key[0]]
+    same_ref = [r for r in left_ref if r.key()[0] == key[0]]
+    if len(same_run) == 1 and len(same_ref) == 1:
+        return same_ref[0], f"matched by name only: {row.label()} vs {same_ref[0].label()}"
+    return None, None
+
+
+def same_gflop(a: float, b: float) -> bool:
+    """Two GFLOP/step counts of one step: equal within GFLOP_TOLERANCE."""
+    return abs(a - b) <= GFLOP_TOLERANCE * max(a, b)
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -256,13 +247,13 @@ def _model_difference(run: StepRow | DataRow, ref: StepRow | DataRow) -> tuple[s
         if run.batch != ref.batch or run.image_size != ref.image_size:
             return "batch or image size differs", notes
         return None, notes
-    ra, rb = row_key(run), row_key(ref)
+    ra, rb = run.key(), ref.key()
     if ra[1] is not None and rb[1] is not None and ra[1] != rb[1]:
         return f"batch differs ({ra[1]} vs {rb[1]})", notes
     if run.sample and ref.sample and run.sample != ref.sample:
         return f"sample differs ({run.sample} vs {ref.sample})", notes
     ga, gb = run.gflop_per_step, ref.gflop_per_step
-    if ga is not None and gb is not None and abs(ga - gb) > GFLOP_TOLERANCE * max(ga, gb):
+    if ga is not None and gb is not None and not same_gflop(ga, gb):
         return f"GFLOP/step differs ({ga:.1f} vs {gb:.1f})", notes
     if run.params is not None and ref.params is not None and run.params != ref.params:
         delta = run.params - ref.params
@@ -280,7 +271,7 @@ def _model_difference(run: StepRow | DataRow, ref: StepRow | DataRow) -> tuple[s
 
 
 def compare_rows(run_row, ref_row, kind: str, band: float, note: str | None) -> RowComparison:
-    label = row_label(run_row if run_row is not None else ref_row)
+    label = (run_row if run_row is not None else ref_row).label()
     fields = RATIO_FIELDS[kind]
     if run_row is None:
         return RowComparison(label, None, ref_row, {}, False, "not in this run")
@@ -308,7 +299,7 @@ def compare_rows(run_row, ref_row, kind: str, band: float, note: str | None) -> 
         return RowComparison(
             label, run_row, ref_row, ratios, False, "different model, not comparable", notes=notes
         )
-    timing = "ms_per_step" if kind == "step" else "samples_per_s"
+    timing = TIMING[kind]
     ratio = ratios.get(timing)
     if ratio is None and kind == "step":
         timing, ratio = "p50_ms", ratios.get("p50_ms")
@@ -355,15 +346,16 @@ def default_reference(run: BenchmarkRun, run_path: Path, directory: Path = PUBLI
     for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
         if path.resolve() == run_path.resolve():
             continue
-        record, errors = check_file(path)
+        try:
+            record, errors = check_file(path)
+        except UsageError:  # not a record at all: not a candidate
+            continue
         if errors or record.kind != run.kind:
             continue
-        shared = {row_key(r) for r in run.rows} & {row_key(r) for r in record.rows}
-        names = {_name(r) for r in run.rows} & {_name(r) for r in record.rows}
+        shared = {r.key() for r in run.rows} & {r.key() for r in record.rows}
+        names = {r.key()[0] for r in run.rows} & {r.key()[0] for r in record.rows}
         da, db = run.environment.devices, record.environment.devices
-        same_device = bool(
-            da and db and da.kind and db.kind and _device_kind(da.kind) == _device_kind(db.kind)
-        )
+        same_device = bool(da and db and da.kind and db.kind and _same_device(da.kind, db.kind))
         created = str(record.created or "")
         candidates.append(((len(shared), len(names), same_device, created), path))
     if not candidates:
@@ -371,105 +363,29 @@ def default_reference(run: BenchmarkRun, run_path: Path, directory: Path = PUBLI
     return max(candidates)[1]
 
 
-# --- output ------------------------------------------------------------------------------
+# --- the command line --------------------------------------------------------------------
 
 
-def _ratio_text(ratio: float | None) -> str:
-    if ratio is None:
-        return report.MISSING
-    return f"{ratio:.3f} ({(ratio - 1) * 100:+.1f}%)"
+@dataclasses.dataclass
+class Args:
+    """Hold a run record against a reference: the stack differences, per row the ratios and
+    a verdict within the noise band; for a compile-only run, the parity table. Exit 0:
+    reproduced (parity); 1: not; 2: bad input."""
 
-
-def _describe(record: BenchmarkRun) -> str:
-    env = record.environment
-    device = env.devices.kind if env.devices and env.devices.kind else NOT_RECORDED
-    commit = env.code.commit if env.code and env.code.commit else NOT_RECORDED
-    return f"{record.created or 'date not recorded'}, {device}, dew {commit}"
-
-
-def render(cmp: Comparison, run: BenchmarkRun, ref: BenchmarkRun, fmt: str = "md") -> str:
-    style = "md" if fmt == "md" else "aligned"
-    h = "### " if fmt == "md" else ""
-    out = [
-        f"{'## ' if fmt == 'md' else ''}Comparison (noise band ±{cmp.band:g}%)",
-        "",
-        f"- run: {cmp.run_label} ({_describe(run)})",
-        f"- reference: {cmp.reference_label} ({_describe(ref)})",
-        "",
-        f"{h}Stack differences",
-        "",
-    ]
-    if cmp.stack:
-        out.append(
-            report.table(
-                ("what", "run", "reference"),
-                [(d.what, d.run, d.reference) for d in cmp.stack],
-                style,
-            )
-        )
-    else:
-        out.append("none recorded\n")
-    if cmp.not_recorded:
-        out.append(f"Recorded on one side only: {', '.join(cmp.not_recorded)}.\n")
-    fields = RATIO_FIELDS[cmp.kind]
-    timing = "ms_per_step" if cmp.kind == "step" else "samples_per_s"
-    headers = ["row", f"{RATIO_HEADERS[timing]} run", f"{RATIO_HEADERS[timing]} ref"]
-    headers += [f"{RATIO_HEADERS[f]} ratio" for f in fields] + ["verdict"]
-    body = []
-    absent = [r.label for r in cmp.rows if r.run is None]
-    for r in cmp.rows:
-        if r.run is None:  # listed in one line below the table
-            continue
-        a = getattr(r.run, timing, None) if r.run else None
-        b = getattr(r.reference, timing, None) if r.reference else None
-        body.append(
-            [
-                r.label,
-                report.num(a, 2),
-                report.num(b, 2),
-                *(_ratio_text(r.ratios.get(f)) for f in fields),
-                r.verdict,
-            ]
-        )
-    out += [f"{h}Rows", "", report.table(headers, body, style)]
-    if absent:
-        out.append(f"Reference rows not in this run: {', '.join(absent)}.\n")
-    notes = [f"- {r.label}: {n}" for r in cmp.rows for n in r.notes]
-    if notes:
-        out += ["Notes:", *notes, ""]
-    counted = cmp.counted
-    within = [r for r in counted if r.within_band]
-    outside = [r for r in counted if not r.within_band]
-    word = "REPRODUCED" if cmp.reproduced else "NOT REPRODUCED"
-    summary = f"{word}: {len(within)} of {len(counted)} comparable rows within ±{cmp.band:g}%"
-    if outside:
-        summary += "; " + "; ".join(
-            f"{r.label} {r.verdict}"
-            + (f" ({r.change * 100:+.1f}%)" if r.change is not None else "")
-            for r in outside
-        )
-    out += [f"{h}Verdict", "", summary, ""]
-    return "\n".join(out)
-
-
-def plot(cmp: Comparison, path: str | Path) -> Path:
-    """Ours against the reference, ms/step (or samples/s for the loader) per row."""
-    timing = "ms_per_step" if cmp.kind == "step" else "samples_per_s"
-    rows = [r for r in cmp.rows if r.run is not None and r.reference is not None]
-    labels = [r.label for r in rows]
-    series = {
-        f"run: {Path(cmp.run_label).stem}": [getattr(r.run, timing) for r in rows],
-        f"reference: {Path(cmp.reference_label).stem}": [
-            getattr(r.reference, timing) for r in rows
-        ],
-    }
-    return report.bar_chart(
-        path,
-        labels,
-        series,
-        ylabel=RATIO_HEADERS[timing],
-        title=f"{RATIO_HEADERS[timing]}: run against reference",
+    run: Annotated[str, tyro.conf.Positional, tyro.conf.arg(metavar="RUN")]
+    """the run's record (a --json-out of tools/benchmark_step.py or benchmark_data.py)"""
+    reference: Annotated[str | None, tyro.conf.Positional, tyro.conf.arg(metavar="REFERENCE")] = (
+        None
     )
+    """the record to hold it against; default: the published one sharing the most rows"""
+    band: float = 5.0
+    """noise band in percent, in [0, 100)"""
+    format: Literal["md", "text"] = "md"
+    """Markdown or aligned text"""
+    plot: str | None = None
+    """write a PNG bar chart here: ms/step (samples/s; GFLOP/step for a compile-only run)"""
+    overwrite: bool = False
+    """let --plot replace an existing file"""
 
 
 def _relative(path: Path) -> Path:
@@ -479,44 +395,50 @@ def _relative(path: Path) -> Path:
         return path
 
 
-def _load(path: Path) -> BenchmarkRun:
-    record, errors = check_file(path)
-    if errors:
-        raise UsageError(
-            f"{path}: {errors[0]}"
-            + (f" (+{len(errors) - 1} more errors)" if len(errors) > 1 else "")
-        )
-    return record
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m dew.bench.compare",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("run", type=Path, metavar="RUN")
-    parser.add_argument("reference", type=Path, nargs="?", metavar="REFERENCE")
-    parser.add_argument("--band", type=float, default=5.0, help="noise band in percent")
-    parser.add_argument("--format", choices=("md", "text"), default="md")
-    parser.add_argument("--plot", type=Path, metavar="PNG", help="write a bar chart here")
-    args = parser.parse_args(argv)
-    try:
-        if not 0 <= args.band < 100:
-            raise UsageError(f"--band {args.band:g} must be a percentage in [0, 100)")
-        run = _load(args.run)
-        ref_path = args.reference or _relative(default_reference(run, args.run))
-        ref = _load(ref_path)
-        cmp = compare(
-            run, ref, band=args.band, run_label=str(args.run), reference_label=str(ref_path)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    return cli.run(PROG, lambda: _compare(cli.parse(Args, argv, prog=PROG)))
+
+
+def _compare(args: Args) -> int:
+    if not 0 <= args.band < 100:  # a NaN fails this too
+        raise UsageError(f"--band {args.band:g} is not a percentage in [0, 100)")
+    run_path = Path(args.run)
+    run = load(run_path, "RUN")
+    if args.reference is not None:
+        ref_path = Path(args.reference)
+    else:
+        ref_path = _relative(default_reference(run, run_path))
+    plot_path = None
+    if args.plot is not None:  # before any output: an unwritable chart loses nothing yet
+        plot_path = files.check_output_file(
+            args.plot, flag="--plot", overwrite=args.overwrite, inputs=(run_path, ref_path)
         )
-    except UsageError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print(render(cmp, run, ref, args.format))
-    if args.plot:
-        print(f"chart: {plot(cmp, args.plot)}", file=sys.stderr)
-    return 0 if cmp.reproduced else 1
+    ref = load(ref_path, "REFERENCE")
+    if run.kind != ref.kind:
+        raise UsageError(
+            f"RUN {run_path} is a {run.kind} record and REFERENCE {ref_path} a {ref.kind} "
+            "record; compare records of one kind"
+        )
+    if run.settings.compile_only:
+        from dew.bench import parity  # parity builds on this module: imported when used
+
+        rows = parity.check(run, ref)
+        print(parity.render(rows, run, ref, str(run_path), str(ref_path), args.format))
+        ok, field = parity.passed(rows), "gflop_per_step"
+    else:
+        cmp = compare(
+            run, ref, band=args.band, run_label=str(run_path), reference_label=str(ref_path)
+        )
+        print(report.comparison(cmp, run, ref, args.format))
+        rows, ok, field = cmp.rows, cmp.reproduced, cmp.timing
+    if plot_path is not None:
+        try:
+            report.comparison_chart(plot_path, rows, field, str(run_path), str(ref_path))
+        except OSError as error:  # the place was checked; a full disk still ends here
+            raise UsageError(f"--plot {plot_path}: {cli.one_line(error)}") from None
+        print(f"chart: {plot_path}", file=sys.stderr)
+    return cli.EXIT_OK if ok else cli.EXIT_CHANGED
 
 
 if __name__ == "__main__":

@@ -13,27 +13,31 @@ from psutil) and, with an NVIDIA GPU, its utilisation and foreign compute proces
 The load average is recorded but not judged: it is a minute-long trailing mean, so it still
 carries whatever finished just before the check (a build, the previous row's compile).
 
-`python -m dew.bench.idle [--window S] [--mode warn|error]` prints the readings as JSON.
+`python -m dew.bench.idle [--window S] [--mode warn|error]` prints the readings as JSON;
+exit 0 idle (or busy in warn mode), 1 busy in error mode, 2 bad flags (one line).
 """
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
+import math
 import os
 import sys
 import time
 from collections.abc import Collection
-from dataclasses import dataclass
+from typing import Literal
 
 import psutil
 
+from dew.bench import cli
 from dew.bench.schema import GpuReading, IdleCheck, ProcessReading
 
+PROG = "python -m dew.bench.idle"
 MODES = ("error", "warn", "off")
 GIB = 1024**3
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Thresholds:
     """Percent of one core (psutil's unit) and percent GPU utilisation."""
 
@@ -63,7 +67,7 @@ def guard(
 ) -> IdleCheck:
     """The pre-measurement check both tools run; see the module docstring for the modes."""
     if mode not in MODES:
-        raise ValueError(f"--idle-check {mode!r} is not a mode; valid: {', '.join(MODES)}")
+        raise cli.UsageError(f"--idle-check {mode!r} is not a mode; valid: {', '.join(MODES)}")
     if mode == "off":
         return IdleCheck(
             mode="off",
@@ -255,23 +259,31 @@ class _GpuSampler:
         return out
 
 
+@dataclasses.dataclass
+class Args:
+    """Sample the host and print the idle-check readings as JSON. Exit 0: idle, or busy in
+    warn mode; 1: busy in error mode; 2: bad flags."""
+
+    window: float = 3.0
+    """seconds to sample (> 0)"""
+    mode: Literal["warn", "error"] = "warn"
+    """warn: a busy host is reported, exit 0; error: exit 1"""
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m dew.bench.idle",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--window", type=float, default=3.0, help="seconds to sample")
-    parser.add_argument("--mode", choices=("warn", "error"), default="warn")
-    args = parser.parse_args(argv)
-    if args.window <= 0:
-        parser.error(f"--window {args.window} must be positive")
+    return cli.run(PROG, lambda: _check(sys.argv[1:] if argv is None else list(argv)))
+
+
+def _check(argv: list[str]) -> int:
+    args = cli.parse(Args, argv, prog=PROG)
+    if not 0 < args.window < math.inf:  # a NaN fails this too
+        raise cli.UsageError(f"--window {args.window:g} is not a positive number of seconds")
     check = sample(args.mode, window_s=args.window)
     print(check.model_dump_json(indent=2))
     if not check.idle:
         print("host is not idle: " + "; ".join(check.reasons), file=sys.stderr)
-        return 1 if args.mode == "error" else 0
-    return 0
+        return cli.EXIT_CHANGED if args.mode == "error" else cli.EXIT_OK
+    return cli.EXIT_OK
 
 
 if __name__ == "__main__":

@@ -3,19 +3,40 @@
 step_table(rows, fmt)      the step benchmark's table, columns as in the seed
                            (compile_only=True: the --compile-only columns)
 data_table(rows, fmt)      the loader benchmark's table
+comparison(cmp, ...)       dew.bench.compare's report: stack differences, ratios, verdict
 table(headers, rows, fmt)  any table: "tsv" (the seed's layout), "md", or "aligned"
-bar_chart(...)             a PNG bar chart (matplotlib, loaded only when asked)
+bar_chart(...)             a PNG bar chart (matplotlib, loaded only when asked), written
+                           atomically; comparison_chart(...) the run against its reference
+
+A row names itself: `row.label()` (dew.bench.schema) is the first cell of every table.
 """
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from dew.bench.schema import DataRow, StepRow
+from dew.bench.files import atomic_write
+from dew.bench.schema import BenchmarkRun, DataRow, StepRow
+
+if TYPE_CHECKING:  # compare imports this module to print its results
+    from dew.bench.compare import Comparison
 
 FORMATS = ("tsv", "md", "aligned")
 MISSING = "—"
+NOT_RECORDED = "not recorded"
+COLUMN_NAMES = {  # a record field as a comparison names it
+    "ms_per_step": "ms/step",
+    "p50_ms": "p50",
+    "p95_ms": "p95",
+    "samples_per_s": "samples/s",
+    "util": "util",
+    "peak_gib": "peak GiB",
+    "first_batch_s": "first batch",
+    "gflop_per_step": "GFLOP/step",
+}
 
 STEP_HEADERS = (
     "architecture",
@@ -72,32 +93,18 @@ def percent(value: float | None) -> str:
     return MISSING if value is None else f"{value * 100:.1f}%"
 
 
-def case_label(row: StepRow) -> str:
-    """The architecture and the case settings that tell its rows apart."""
-    parts = []
-    if row.head_chunks is not None:
-        parts.append(f"head_chunks={row.head_chunks}")
-    if row.attention_impl is not None:
-        parts.append(f"attention_impl={row.attention_impl}")
-    for name, value in sorted((row.case or {}).items()):
-        if name == "batch":  # shown in its own column
-            continue
-        parts.append(name if value is True else f"{name}={value}")
-    return row.architecture + (f" ({', '.join(parts)})" if parts else "")
-
-
 def step_table(rows: Sequence[StepRow], fmt: str = "tsv", *, compile_only: bool = False) -> str:
     body = []
     for row in rows:
         if row.status == "failed":
             body.append(
-                [case_label(row), row.sample or MISSING, count(row.batch), f"failed: {row.error}"]
+                [row.label(), row.sample or MISSING, count(row.batch), f"failed: {row.error}"]
             )
             continue
         if compile_only:
             body.append(
                 [
-                    case_label(row),
+                    row.label(),
                     row.sample or MISSING,
                     count(row.batch),
                     count(row.params),
@@ -111,7 +118,7 @@ def step_table(rows: Sequence[StepRow], fmt: str = "tsv", *, compile_only: bool 
         percentiles = " / ".join(num(v) for v in (row.p10_ms, row.p50_ms, row.p90_ms))
         body.append(
             [
-                case_label(row),
+                row.label(),
                 row.sample or MISSING,
                 count(row.batch),
                 count(row.params),
@@ -178,6 +185,92 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]], fmt: str = "tsv
     return "\n".join(lines) + "\n"
 
 
+# --- the comparison ------------------------------------------------------------------------
+
+
+def describe(record: BenchmarkRun) -> str:
+    """When, on what and at which commit a record was measured, in one phrase."""
+    env = record.environment
+    device = env.devices.kind if env.devices and env.devices.kind else NOT_RECORDED
+    commit = env.code.commit if env.code and env.code.commit else NOT_RECORDED
+    return f"{record.created or 'date not recorded'}, {device}, dew {commit}"
+
+
+def _ratio_text(ratio: float | None) -> str:
+    if ratio is None:
+        return MISSING
+    return f"{ratio:.3f} ({(ratio - 1) * 100:+.1f}%)"
+
+
+def comparison(cmp: Comparison, run: BenchmarkRun, ref: BenchmarkRun, fmt: str = "md") -> str:
+    """dew.bench.compare's report ("md" or "text"): stack, rows, notes, verdict."""
+    style = "md" if fmt == "md" else "aligned"
+    h = "### " if fmt == "md" else ""
+    out = [
+        f"{'## ' if fmt == 'md' else ''}Comparison (noise band ±{cmp.band:g}%)",
+        "",
+        f"- run: {cmp.run_label} ({describe(run)})",
+        f"- reference: {cmp.reference_label} ({describe(ref)})",
+        "",
+        f"{h}Stack differences",
+        "",
+    ]
+    if cmp.stack:
+        stack = [(d.what, d.run, d.reference) for d in cmp.stack]
+        out.append(table(("what", "run", "reference"), stack, style))
+    else:
+        out.append("none recorded\n")
+    if cmp.not_recorded:
+        out.append(f"Recorded on one side only: {', '.join(cmp.not_recorded)}.\n")
+    timing = COLUMN_NAMES[cmp.timing]
+    headers = ["row", f"{timing} run", f"{timing} ref"]
+    headers += [f"{COLUMN_NAMES[f]} ratio" for f in cmp.fields] + ["verdict"]
+    body = []
+    for r in cmp.rows:
+        if r.run is None:  # listed in one line below the table
+            continue
+        b = getattr(r.reference, cmp.timing) if r.reference else None
+        ratios = (_ratio_text(r.ratios.get(f)) for f in cmp.fields)
+        body.append([r.label, num(getattr(r.run, cmp.timing), 2), num(b, 2), *ratios, r.verdict])
+    out += [f"{h}Rows", "", table(headers, body, style)]
+    absent = [r.label for r in cmp.rows if r.run is None]
+    if absent:
+        out.append(f"Reference rows not in this run: {', '.join(absent)}.\n")
+    notes = [f"- {r.label}: {n}" for r in cmp.rows for n in r.notes]
+    if notes:
+        out += ["Notes:", *notes, ""]
+    counted = cmp.counted
+    within = [r for r in counted if r.within_band]
+    outside = [r for r in counted if not r.within_band]
+    word = "REPRODUCED" if cmp.reproduced else "NOT REPRODUCED"
+    summary = f"{word}: {len(within)} of {len(counted)} comparable rows within ±{cmp.band:g}%"
+    if outside:
+        summary += "; " + "; ".join(
+            f"{r.label} {r.verdict}"
+            + (f" ({r.change * 100:+.1f}%)" if r.change is not None else "")
+            for r in outside
+        )
+    out += [f"{h}Verdict", "", summary, ""]
+    return "\n".join(out)
+
+
+def comparison_chart(path: Path, rows, field: str, run_label: str, reference_label: str) -> Path:
+    """`field` of the run against the reference, per row with both sides; `rows` have
+    .label, .run and .reference (compare.RowComparison, parity.ParityRow)."""
+    rows = [r for r in rows if r.run is not None and r.reference is not None]
+    series = {
+        f"run: {Path(run_label).stem}": [getattr(r.run, field) for r in rows],
+        f"reference: {Path(reference_label).stem}": [getattr(r.reference, field) for r in rows],
+    }
+    name = COLUMN_NAMES[field]
+    return bar_chart(
+        path, [r.label for r in rows], series, ylabel=name, title=f"{name}: run against reference"
+    )
+
+
+# --- charts -------------------------------------------------------------------------------
+
+
 def bar_chart(
     path: str | Path,
     labels: Sequence[str],
@@ -218,8 +311,6 @@ def bar_chart(
     ax.legend(fontsize=8, loc="upper left")
     ax.margins(y=0.15)  # room above the tallest bar for the legend and labels
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=120)
-    tmp.replace(path)
-    return path
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=120)
+    return atomic_write(path, png.getvalue())  # a reader sees the old chart or the new one

@@ -1,22 +1,40 @@
 """Validate result records: `python -m dew.bench.validate FILES...`.
 
-One line per error, `FILE: $.json.path: message`, and exit 1 when any file is invalid;
-`FILE: ok (...)` for each good one. Imports only the schema (pydantic + stdlib).
+Each good file prints `FILE: ok (...)` on stdout. An invalid record prints one line per
+error on stderr, `FILE: $.json.path: message`. A file that is not a record at all (missing,
+a directory, binary, not JSON, JSON but not an object) prints one line,
+`python -m dew.bench.validate: error: FILE: problem`, and the next file is still checked.
+
+Exit codes (dew.bench.cli's, the worst file decides):
+    0  every file is a valid record
+    1  some record is invalid: it breaks the schema, or it has no rows (a record without
+       rows holds no result, whatever else it says)
+    2  bad input: a file that cannot be read as a JSON object, or a bad command line
+
+Imports the schema and the stdlib-only cli helpers, no jax: a record validates anywhere.
 """
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
+import json
 import sys
 from pathlib import Path
+from typing import Annotated
 
 import pydantic
+import tyro
 
+from dew.bench import cli
+from dew.bench.cli import UsageError
 from dew.bench.schema import BenchmarkRun
+
+PROG = "python -m dew.bench.validate"
 
 # Segments pydantic adds to an error's location for the member of a union it tried; they
 # are not part of the document's path.
 _UNION_LABELS = {"step", "data", "datetime", "date", "str", "int", "float", "bool", "none"}
+NO_ROWS = "$.rows: the record has no rows, so it holds no result"
 
 
 def json_path(loc: tuple) -> str:
@@ -66,37 +84,114 @@ def describe_errors(error: pydantic.ValidationError) -> list[str]:
     return lines
 
 
-def check_file(path: Path) -> tuple[BenchmarkRun | None, list[str]]:
-    """The record and no errors, or None and the error lines (without the file name)."""
+def _json_kind(value) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    return {list: "a list", str: "a string"}.get(type(value), "a number")
+
+
+def read_json_object(path: Path, role: str = "") -> str:
+    """The text of `path` when it holds a JSON object; else UsageError, one line naming the
+    file (`role`, e.g. "RUN", goes before the path) and what it is instead."""
+    name = f"{role} {path}" if role else str(path)
     try:
-        text = path.read_text()
-    except OSError as e:
-        return None, [f"cannot read: {e.strerror or e}"]
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise UsageError(f"{name}: no such file") from None
+    except IsADirectoryError:
+        raise UsageError(f"{name} is a directory; give a record file") from None
+    except OSError as error:
+        raise UsageError(f"{name}: cannot read: {error.strerror or error}") from None
     try:
-        return BenchmarkRun.model_validate_json(text), []
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise UsageError(
+            f"{name} is not a text file (byte {data[error.start]:#04x} at offset "
+            f"{error.start} is not UTF-8); give a JSON record"
+        ) from None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise UsageError(
+            f"{name}: not JSON: {error.msg} at line {error.lineno} column {error.colno}"
+        ) from None
+    except RecursionError:
+        raise UsageError(f"{name}: not JSON this reader can take: nested too deeply") from None
+    if not isinstance(value, dict):
+        kind = _json_kind(value)
+        raise UsageError(f"{name}: not a results record: the JSON is {kind}, not an object")
+    return text
+
+
+def check_file(path: Path, role: str = "") -> tuple[BenchmarkRun | None, list[str]]:
+    """The record and no errors, or None and the error lines (without the file name).
+
+    Raises UsageError (one line, naming the file) when the file is no JSON object at all:
+    that is bad input, not an invalid record."""
+    text = read_json_object(path, role)
+    try:
+        record = BenchmarkRun.model_validate_json(text)
     except pydantic.ValidationError as e:
-        if any(i["type"] == "json_invalid" for i in e.errors()):
-            return None, [f"not JSON: {e.errors()[0]['msg']}"]
         return None, describe_errors(e)
+    if not record.rows:
+        return None, [NO_ROWS]
+    return record, []
+
+
+def load(path: Path, role: str = "") -> BenchmarkRun:
+    """A valid record, or UsageError: one line naming the file and its first problem."""
+    record, errors = check_file(path, role)
+    if errors:
+        name = f"{role} {path}" if role else str(path)
+        more = f" (+{len(errors) - 1} more; {PROG} {path} lists them)" if errors[1:] else ""
+        raise UsageError(f"{name}: {errors[0]}{more}")
+    return record
+
+
+@dataclasses.dataclass
+class Args:
+    """Validate result records against dew's schema (results/schema). Exit 0: all valid;
+    1: a record is invalid or has no rows; 2: a file is not a JSON object, or bad flags."""
+
+    files: Annotated[tuple[str, ...], tyro.conf.Positional, tyro.conf.arg(metavar="FILE")]
+    """the record files to check"""
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dew.bench.validate", description=__doc__)
-    parser.add_argument("files", nargs="+", type=Path, metavar="FILE")
-    args = parser.parse_args(argv)
-    bad = 0
-    for path in args.files:
-        run, errors = check_file(path)
+    return cli.run(PROG, lambda: _validate(sys.argv[1:] if argv is None else list(argv)))
+
+
+def _validate(argv: list[str]) -> int:
+    args = cli.parse(Args, argv, prog=PROG)
+    if not args.files:
+        raise UsageError("missing FILE: give one or more record files")
+    invalid = unreadable = 0
+    for name in args.files:
+        path = Path(name)
+        try:
+            run, errors = check_file(path)
+        except UsageError as error:
+            unreadable += 1
+            cli.say(PROG, cli.one_line(error))
+            continue
         if errors:
-            bad += 1
+            invalid += 1
             for line in errors:
                 print(f"{path}: {line}", file=sys.stderr)
         else:
             failed = sum(row.status == "failed" for row in run.rows)
             print(f"{path}: ok ({run.kind} run, {len(run.rows)} rows, {failed} failed)")
-    if bad:
-        print(f"{bad} of {len(args.files)} files invalid", file=sys.stderr)
-    return 1 if bad else 0
+    if len(args.files) > 1 and (invalid or unreadable):
+        print(
+            f"{invalid + unreadable} of {len(args.files)} files invalid"
+            + (f" ({unreadable} not a JSON record)" if unreadable else ""),
+            file=sys.stderr,
+        )
+    if unreadable:
+        return cli.EXIT_USAGE
+    return cli.EXIT_CHANGED if invalid else cli.EXIT_OK
 
 
 if __name__ == "__main__":

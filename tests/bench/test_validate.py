@@ -1,0 +1,90 @@
+"""validate's exit codes: 0 every record valid, 1 a record invalid (or with no rows), 2 a
+file that is no JSON object or a bad command line, each such file one line naming it."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dew.bench import validate
+
+PUBLISHED = Path(__file__).resolve().parents[2] / "results" / "published"
+FIRST = PUBLISHED / "2026-09-02-rtx4080-6b0f119-small.json"
+ERROR = f"{validate.PROG}: error: "
+
+
+def write(path: Path, data: bytes | str) -> Path:
+    path.write_bytes(data if isinstance(data, bytes) else data.encode())
+    return path
+
+
+@pytest.fixture
+def bad_files(tmp_path):
+    directory = tmp_path / "a-directory.json"
+    directory.mkdir()
+    return {
+        "binary": (write(tmp_path / "chart.json", b"\x89PNG\r\n\x1a\n\x00"), "not a text file"),
+        "directory": (directory, "is a directory; give a record file"),
+        "missing": (tmp_path / "missing.json", "no such file"),
+        "bad JSON": (write(tmp_path / "bad.json", '{"rows": ['), "not JSON: "),
+        "JSON list": (write(tmp_path / "list.json", "[]"), "the JSON is a list, not an object"),
+        "JSON number": (write(tmp_path / "n.json", "7"), "the JSON is a number, not an object"),
+        "JSON null": (write(tmp_path / "null.json", "null"), "the JSON is null, not an object"),
+    }
+
+
+@pytest.mark.parametrize(
+    "kind", ["binary", "directory", "missing", "bad JSON", "JSON list", "JSON number", "JSON null"]
+)
+def test_a_file_that_is_no_record_is_one_line_and_exit_2(bad_files, capsys, kind):
+    path, problem = bad_files[kind]
+    assert validate.main([str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith(f"{ERROR}{path}") and problem in err
+
+
+def test_a_record_with_no_rows_is_invalid_not_ok(tmp_path, capsys):
+    document = json.loads(FIRST.read_text())
+    document["rows"] = []
+    empty = write(tmp_path / "empty.json", json.dumps(document))
+    assert validate.main([str(empty)]) == 1
+    out, err = capsys.readouterr()
+    assert "ok" not in out
+    assert err == f"{empty}: $.rows: the record has no rows, so it holds no result\n"
+
+
+def test_every_file_is_checked_and_the_worst_decides(tmp_path, bad_files, capsys):
+    document = json.loads(FIRST.read_text())
+    document["rows"][0]["ms_per_step"] = -1
+    invalid = write(tmp_path / "invalid.json", json.dumps(document))
+    missing = bad_files["missing"][0]
+    assert validate.main([str(FIRST), str(invalid)]) == 1
+    capsys.readouterr()
+    assert validate.main([str(missing), str(FIRST), str(invalid)]) == 2
+    out, err = capsys.readouterr()
+    assert f"{FIRST}: ok (step run, 12 rows, 0 failed)" in out
+    assert f"{ERROR}{missing}: no such file\n" in err
+    assert f"{invalid}: $.rows[0].ms_per_step: Input should be greater" in err
+    assert err.endswith("2 of 3 files invalid (1 not a JSON record)\n")
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [([], "missing FILE"), ([str(FIRST), "--strict"], "unrecognized argument --strict")],
+)
+def test_bad_command_line_is_one_line_and_exit_2(capsys, argv, expected):
+    assert validate.main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and err.startswith(ERROR) and expected in err
+
+
+def test_load_names_the_file_and_its_first_problem(tmp_path):
+    document = json.loads(FIRST.read_text())
+    del document["command"], document["kind"]
+    broken = write(tmp_path / "broken.json", json.dumps(document))
+    with pytest.raises(validate.UsageError) as caught:
+        validate.load(broken, "RUN")
+    message = str(caught.value)
+    assert message.startswith(f"RUN {broken}: $.") and "(+1 more;" in message
+    assert validate.load(FIRST).kind == "step"
