@@ -14,13 +14,16 @@ samples/s), so a ratio of figures taken far apart says little. Prints every roun
 median ratio per worker count.
 """
 
-import argparse
+import dataclasses
 import json
 import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
+
+from dew.bench import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -48,35 +51,60 @@ def run_two_plain(args, outs: tuple[Path, Path]) -> float:
     return sum(json.loads(out.read_text())["samples_per_s"] for out in outs)
 
 
-def run_loader(args, workers: int, out: Path) -> dict:
-    command = [sys.executable, str(ROOT / "tools" / "benchmark_data.py"), "data:oxford-flowers"]
+def run_loader(args, workers: int, out: Path, dataset: str) -> dict:
+    command = [sys.executable, str(ROOT / "tools" / "benchmark_data.py"), f"data:{dataset}"]
     command += ["--batch", str(args.batch), "--data.image-size", str(args.image_size)]
     command += ["--steps", str(args.steps), "--warmup", str(args.warmup)]
     command += ["--data.loading.workers", str(workers), "--data.path", args.path]
     if args.threads is not None:
         command += ["--data.loading.threads", str(args.threads)]
-    command += ["--json-out", str(out)]
+    command += ["--json-out", str(out), "--overwrite"]  # a scratch file, rewritten each run
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return json.loads(out.read_text())["rows"][0]
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--path", required=True, help="a prepared TFDS version directory")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=1000)
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--image-size", type=int, default=64)
-    parser.add_argument(
-        "--threads", type=int, default=None, help="data.loading.threads (default: the tool's)"
-    )
-    parser.add_argument("--workers", type=int, nargs="+", default=[0, 2])
-    args = parser.parse_args()
-    if not (Path(args.path) / "dataset_info.json").is_file():
-        print(f"error: --path {args.path} is not a prepared dataset directory", file=sys.stderr)
-        return 2
+@dataclasses.dataclass(frozen=True)
+class Args:
+    """The loader's speedup over a plain loop, measured in interleaved rounds."""
 
+    path: str
+    """a prepared TFDS version directory"""
+    rounds: int = 3
+    steps: int = 1000
+    warmup: int = 5
+    batch: int = 8
+    image_size: int = 64
+    threads: int | None = None
+    """data.loading.threads (default: the tool's)"""
+    workers: tuple[int, ...] = (0, 2)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    def body() -> int:
+        argv_ = sys.argv[1:] if argv is None else argv
+        args = cli.parse(Args, argv_, prog="scripts/loader_speedup.py")
+        return rounds(args, dataset_of(args.path))
+
+    return cli.run("loader_speedup", body)
+
+
+def dataset_of(path: str) -> str:
+    """The benchmark_data.py dataset that reads the prepared directory `path`."""
+    from dew.data.sources import DataError, read_dataset_info
+    from dew.data.spec import DATASETS
+
+    try:
+        name = read_dataset_info(path).get("name")
+    except DataError as e:
+        raise cli.UsageError(str(e)) from None
+    for spec in DATASETS.values():
+        if spec.prepared_name == name:
+            return spec.name
+    valid = ", ".join(spec.prepared_name for spec in DATASETS.values())
+    raise cli.UsageError(f"--path {path} holds the dataset {name!r}; valid: {valid}")
+
+
+def rounds(args: Args, dataset: str) -> int:
     ratios: dict[int | str, list[float]] = {w: [] for w in args.workers}
     ratios["two plain loops"] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -89,7 +117,7 @@ def main() -> int:
                 flush=True,
             )
             for workers in args.workers:
-                row = run_loader(args, workers, out)
+                row = run_loader(args, workers, out, dataset)
                 ratio = row["samples_per_s"] / plain["samples_per_s"]
                 ratios[workers].append(ratio)
                 print(

@@ -9,15 +9,17 @@ Reports samples/s, p50 and p95 of the time between consecutive batches, timed as
 tools/benchmark_data.py times them, so the two figures compare.
 """
 
-import argparse
+import dataclasses
 import json
 import os
 import sys
 import time
+from collections.abc import Sequence
 
 import numpy as np
 
-from dew.data.sources import PreparedTfdsSource
+from dew.bench import cli
+from dew.data.sources import DataError, PreparedTfdsSource
 from dew.data.tokenize import tokenize
 from dew.data.transforms import caption, decode_square, flip_and_jitter
 
@@ -45,21 +47,35 @@ def plain_batches(source, batch: int, image_size: int, seed: int):
         }
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--path", required=True, help="a prepared TFDS version directory")
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--image-size", type=int, default=64)
-    parser.add_argument("--steps", type=int, default=100)
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json-out", help="also write the figures to this JSON file")
-    args = parser.parse_args()
-    try:
-        source = PreparedTfdsSource(args.path)
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+@dataclasses.dataclass(frozen=True)
+class Args:
+    """The loader benchmark's per-record work as a plain one-thread loop."""
+
+    path: str
+    """a prepared TFDS version directory"""
+    batch: int = 8
+    image_size: int = 64
+    steps: int = 100
+    warmup: int = 5
+    seed: int = 0
+    json_out: str | None = None
+    """also write the figures to this JSON file"""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    def body() -> int:
+        argv_ = sys.argv[1:] if argv is None else argv
+        args = cli.parse(Args, argv_, prog="scripts/plain_loader_baseline.py")
+        try:
+            source = PreparedTfdsSource(args.path)
+        except DataError as e:
+            raise cli.UsageError(str(e)) from None
+        return measure(args, source)
+
+    return cli.run("plain_loader_baseline", body)
+
+
+def measure(args: Args, source) -> int:
     batches = plain_batches(source, args.batch, args.image_size, args.seed)
     for _ in range(max(args.warmup, 1)):
         next(batches)

@@ -9,9 +9,15 @@ import time
 import numpy as np
 import pytest
 
-from dew.data.pipeline import WORKER_PIPE_BYTES, grow_pipes, open_batches, shared_memory_min_bytes
+from dew.data.pipeline import (
+    WORKER_PIPE_BYTES,
+    grow_pipes,
+    make_source,
+    open_batches,
+    shared_memory_min_bytes,
+)
 from dew.data.sources import DataError, PreparedTfdsSource, write_prepared
-from dew.data.spec import Loading, OxfordFlowers
+from dew.data.spec import Loading, OxfordFlowers, SyntheticImages
 from dew.data.synthetic import CLASS_NAMES, synthetic_record
 from dew.data.tokenize import tokenize
 from dew.data.transforms import CAPTION_TEMPLATES, decode_square
@@ -27,7 +33,7 @@ def take(spec, count):
 @pytest.fixture(scope="module")
 def in_process_batches(prepared_dir):
     # 40 batches = 320 records: past the 256-record epoch, into the reshuffled second one.
-    return take(OxfordFlowers(path=str(prepared_dir), loading=Loading(workers=0, threads=0)), 40)
+    return take(SyntheticImages(path=str(prepared_dir), loading=Loading(workers=0, threads=0)), 40)
 
 
 def test_batches_hold_the_records_with_their_captions(prepared_dir, in_process_batches):
@@ -48,7 +54,7 @@ def test_batches_hold_the_records_with_their_captions(prepared_dir, in_process_b
 
 
 def test_augmentation_off_gives_the_decoded_records(prepared_dir, in_process_batches):
-    spec = OxfordFlowers(
+    spec = SyntheticImages(
         path=str(prepared_dir), augmentation=False, loading=Loading(workers=0, threads=0)
     )
     plain = take(spec, 1)[0]
@@ -67,7 +73,9 @@ def test_augmentation_off_gives_the_decoded_records(prepared_dir, in_process_bat
 def test_batches_do_not_depend_on_workers_or_threads(
     prepared_dir, in_process_batches, workers, threads
 ):
-    spec = OxfordFlowers(path=str(prepared_dir), loading=Loading(workers=workers, threads=threads))
+    spec = SyntheticImages(
+        path=str(prepared_dir), loading=Loading(workers=workers, threads=threads)
+    )
     batches = take(spec, 6)
     for got, expected in zip(batches, in_process_batches, strict=False):
         assert got.keys() == expected.keys()
@@ -80,7 +88,7 @@ def test_a_corrupt_jpeg_fails_with_its_record_index(tmp_path):
     records = [synthetic_record(0, i, (48, 64)) for i in range(16)]
     records[5] = {**records[5], "image": b"\xff\xd8 a cut JPEG"}
     path = write_prepared(tmp_path / "corrupt", "synthetic_images", {"train": records}, CLASS_NAMES)
-    spec = OxfordFlowers(path=str(path), loading=Loading(workers=0, threads=2))
+    spec = SyntheticImages(path=str(path), loading=Loading(workers=0, threads=2))
     with pytest.raises(DataError, match=r"^record 5 \(image_00006.jpg\): cannot decode its JPEG"):
         take(spec, 4)
 
@@ -88,7 +96,7 @@ def test_a_corrupt_jpeg_fails_with_its_record_index(tmp_path):
 def test_workers_stop_at_close_without_waiting_for_a_reader(prepared_dir):
     # A 64 px batch (about 100 KB) comes through the worker's pipe pickled; in the kernel's
     # default 64 KiB pipe the worker could not exit before grain killed it, 25 s later.
-    spec = OxfordFlowers(path=str(prepared_dir), loading=Loading(workers=2, threads=0))
+    spec = SyntheticImages(path=str(prepared_dir), loading=Loading(workers=2, threads=0))
     assert BATCH * 64 * 64 * 3 < shared_memory_min_bytes(spec.loading.worker_buffer)
     with open_batches(spec, BATCH) as batches:
         next(batches)
@@ -106,3 +114,16 @@ def test_grown_pipes_hold_the_batches_in_flight():
         os.close(read)
         os.close(write)
     assert shared_memory_min_bytes(worker_buffer=3) == WORKER_PIPE_BYTES // 4
+
+
+def test_a_prepared_set_of_another_dataset_is_refused(prepared_dir):
+    # prepared_dir is a synthetic_images set: timed as oxford-flowers its row would carry
+    # the wrong dataset's name.
+    spec = OxfordFlowers(path=str(prepared_dir), loading=Loading(workers=0, threads=0))
+    with pytest.raises(DataError) as error:
+        make_source(spec)
+    assert str(error.value) == (
+        f"--data.path {prepared_dir} holds the prepared dataset 'synthetic_images' (the name "
+        "in its dataset_info.json), not 'oxford_flowers102', which data:oxford-flowers reads; "
+        f"run it as data:synthetic-images --data.path {prepared_dir}"
+    )

@@ -73,9 +73,18 @@ def test_oxford_flowers_needs_a_path():
 
 def test_a_directory_that_is_not_prepared(tmp_path):
     (tmp_path / "image_00001.jpg").write_bytes(b"")
-    with pytest.raises(DataError, match="not a prepared TFDS version directory") as error:
+    with pytest.raises(DataError) as error:
         PreparedTfdsSource(tmp_path)
-    assert "\n" not in str(error.value)
+    assert str(error.value) == (
+        f"{tmp_path} is not a prepared dataset (no dataset_info.json); "
+        "make one with tools/prepare_dataset.py"
+    )
+
+
+def test_a_missing_directory_is_no_such_directory(tmp_path):
+    with pytest.raises(DataError) as error:
+        PreparedTfdsSource(tmp_path / "nowhere")
+    assert str(error.value) == f"no such directory: {tmp_path / 'nowhere'}"
 
 
 def _copy(prepared_dir, tmp_path):

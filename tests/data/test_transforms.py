@@ -3,8 +3,11 @@
 import io
 
 import numpy as np
+import pytest
 from PIL import Image
 
+from dew.data import transforms
+from dew.data.sources import DataError
 from dew.data.synthetic import synthetic_image
 from dew.data.transforms import CAPTION_TEMPLATES, caption, decode_square, flip_and_jitter
 
@@ -58,3 +61,16 @@ def test_flip_is_a_mirror_and_jitter_stays_in_its_ranges():
 def test_captions_come_from_the_templates():
     seen = {caption("rose", np.random.default_rng(seed)) for seed in range(100)}
     assert seen == {t.format("rose") for t in CAPTION_TEMPLATES}
+
+
+def test_a_decode_failure_without_a_message_gives_its_type(monkeypatch):
+    # A decode that runs out of memory raises a bare MemoryError: the line used to end at
+    # "cannot decode its JPEG:" with no reason.
+    def out_of_memory(jpeg, size):
+        raise MemoryError()
+
+    monkeypatch.setattr(transforms, "decode_square", out_of_memory)
+    record = {"index": 3, "image": b"", "label": 0, "file_name": "image_00004.jpg"}
+    with pytest.raises(DataError) as error:
+        transforms.ImageTextTransform(64, False, ["a"])(record, np.random.default_rng(0))
+    assert str(error.value) == "record 3 (image_00004.jpg): cannot decode its JPEG: MemoryError"

@@ -10,11 +10,18 @@ often a queue read: the loader then shows in the p95.
 A record that cannot be read or decoded stops the run with its index (exit status 2, one
 line on stderr), rather than being skipped: a figure over silently dropped records would
 time less work than it claims.
+
+Everything a user can get wrong is refused in one line (`benchmark_data: error: ...`,
+exit 2) before the measurement: the flags, --json-out (an existing file is replaced only
+with --overwrite, an input never), --against (a step record), and --data.path (a prepared
+directory of the dataset the subcommand names, so a row is never labelled with another
+dataset's name).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import shlex
@@ -25,21 +32,25 @@ from pathlib import Path
 from typing import Annotated
 
 import numpy as np
+import pydantic
 import tyro
 
 from dew.bench import cli
-from dew.bench.report import case_label
+from dew.bench.cli import UsageError
+from dew.bench.files import check_input_file, check_output_file
 from dew.bench.schema import BenchmarkRun, DataRow, Settings, StepRow, read_run, write_run
 from dew.data.pipeline import make_source, open_batches
-from dew.data.spec import DatasetSpec, OxfordFlowers, SyntheticImages
+from dew.data.spec import DATASETS, DatasetSpec, OxfordFlowers, SyntheticImages
+
+PROG = "benchmark_data"
 
 
-def _say(line: str) -> None:
+def _notice(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
 def measure_loader(
-    spec: DatasetSpec, batch: int, steps: int, warmup: int, *, notify=_say
+    spec: DatasetSpec, batch: int, steps: int, warmup: int, *, notify=_notice
 ) -> DataRow:
     """One DataRow for `spec` (its Loading capped to this machine, with a notice)."""
     if batch < 1 or steps < 1 or warmup < 0:
@@ -100,7 +111,7 @@ def keep_up_verdicts(row: DataRow, step_run: BenchmarkRun) -> list[str]:
     for step in step_run.rows:
         if not isinstance(step, StepRow):
             continue
-        name = f"{case_label(step):<24} {step.sample or '?':>14}"
+        name = f"{step.label():<24} {step.sample or '?':>14}"
         if step.status != "ok" or not step.samples_per_s:
             lines.append(f"{name}  no samples/s in the step results ({step.status})")
             continue
@@ -140,15 +151,72 @@ class Args:
     """batches read before timing (the first is timed apart as first_batch_s)."""
     json_out: Path | None = None
     """write the run (schema BenchmarkRun, kind data) here, atomically."""
+    overwrite: bool = False
+    """replace an existing --json-out (else it is refused: a record is never lost)."""
     against: Path | None = None
     """a step-benchmark results file: print per architecture whether the loader keeps up."""
 
 
 def parse_args(argv: list[str]) -> Args:
-    """tyro's parse of the seed's syntax; bad input raises cli.UsageError (one line)."""
-    return cli.parse(
+    """tyro's parse of the seed's syntax plus what tyro cannot check; bad input raises
+    cli.UsageError (one line, flags spelled as typed)."""
+    subcommands = [f"data:{name}" for name in DATASETS]
+    for token in argv:  # tyro reports an unknown subcommand as an unrecognized argument
+        if token.startswith("data:") and token not in subcommands:
+            raise UsageError(f"unknown dataset {token!r}; valid: {', '.join(subcommands)}")
+    args = cli.parse(
         Args, argv, prog="tools/benchmark_data.py", config=(tyro.conf.CascadeSubcommandArgs,)
     )
+    for name, value, least in (
+        ("batch", args.batch, 1),
+        ("steps", args.steps, 1),
+        ("warmup", args.warmup, 0),
+    ):
+        if value < least:
+            raise UsageError(f"{cli.flag(name)} must be at least {least} (got {value})")
+    try:
+        args.data.check()
+    except ValueError as error:  # the spec's checks name the flag (--data.image-size)
+        raise UsageError(str(error)) from None
+    return args
+
+
+def check_outputs_and_inputs(args: Args) -> BenchmarkRun | None:
+    """Before any measurement: --json-out may be written, --against is a step record.
+    Returns the step record (None without --against); changes nothing."""
+    if args.json_out is not None:
+        check_output_file(
+            args.json_out, flag="--json-out", overwrite=args.overwrite, inputs=(args.against,)
+        )
+    if args.against is None:
+        return None
+    return read_step_record(args.against)
+
+
+def read_step_record(path: Path) -> BenchmarkRun:
+    """The step record --against names, or a UsageError naming the file and the problem."""
+    where = f"--against {path}"
+    check_input_file(path, flag="--against")
+    try:
+        text = path.read_bytes().decode()
+    except UnicodeDecodeError:
+        raise UsageError(f"{where} is not a results record (a binary file, not JSON)") from None
+    except OSError as error:
+        raise UsageError(f"{where}: {cli.one_line(error)}") from None
+    try:
+        json.loads(text)
+    except ValueError as error:
+        raise UsageError(f"{where} is not a results record (not JSON: {error})") from None
+    try:
+        record = read_run(path)
+    except pydantic.ValidationError as error:
+        raise UsageError(f"{where} is not a results record: {cli.one_line(error)}") from None
+    if record.kind != "step":
+        raise UsageError(
+            f"{where} is a {record.kind!r} record (tools/benchmark_{record.kind}.py); "
+            "give a step record (tools/benchmark_step.py --json-out)"
+        )
+    return record
 
 
 def _load_average() -> str:
@@ -160,66 +228,52 @@ def _load_average() -> str:
 
 
 def run(args: Args, argv: list[str]) -> int:
-    step_run = None
-    if args.against is not None:
-        try:
-            step_run = read_run(args.against)
-        except FileNotFoundError:
-            _say(f"error: --against {args.against}: no such file")
-            return 2
-        except ValueError as e:  # bad JSON or a schema violation (pydantic's is a ValueError)
-            first = str(e).strip().splitlines()
-            _say(f"error: --against {args.against} is not a valid results file: {first[-1]}")
-            return 2
-        if step_run.kind != "step":
-            _say(f"error: --against {args.against} is a {step_run.kind!r} run; need a step run")
-            return 2
-
+    """Measure, print, write the record, give the verdict; bad input raises UsageError."""
+    step_run = check_outputs_and_inputs(args)
     load = _load_average()
     try:
         row = measure_loader(args.data, args.batch, args.steps, args.warmup)
-    except ValueError as e:  # DataError included: one line naming the file or record
-        _say(f"error: {str(e).strip().splitlines()[0]}")
-        return 2
+    except ValueError as error:  # DataError included: one line naming the file or record
+        raise UsageError(str(error)) from None
     print(
         f"{row.dataset} batch {row.batch} at {row.image_size} px, workers {row.workers}, "
         f"threads {row.threads}: {row.samples_per_s:.1f} samples/s, p50 {row.p50_ms:.2f} ms, "
         f"p95 {row.p95_ms:.2f} ms, first batch {row.first_batch_s:.2f} s ({load})"
     )
     if args.json_out is not None:
-        from dew.bench.environment import capture
-
-        record = BenchmarkRun(
-            schema_version=1,
-            kind="data",
-            created=datetime.now(UTC),
-            command=shlex.join(["tools/benchmark_data.py", *argv]),
-            settings=Settings(
-                steps=args.steps,
-                warmup=args.warmup,
-                loader=args.data.model_dump(mode="json") | {"name": args.data.name},
-            ),
-            environment=capture(),
-            idle_check=None,
-            rows=[row],
-            note=load,
-        )
-        write_run(args.json_out, record)
-        print(f"wrote {args.json_out}")
+        write_record(args, argv, row, load)
     if step_run is not None:
         print(f"does the loader keep up? (against {args.against})")
         for line in keep_up_verdicts(row, step_run):
             print("  " + line)
-    return 0
+    return cli.EXIT_OK
+
+
+def write_record(args: Args, argv: list[str], row: DataRow, load: str) -> None:
+    from dew.bench.environment import capture
+
+    record = BenchmarkRun(
+        schema_version=1,
+        kind="data",
+        created=datetime.now(UTC),
+        command=shlex.join(["tools/benchmark_data.py", *argv]),
+        settings=Settings(
+            steps=args.steps,
+            warmup=args.warmup,
+            loader=args.data.model_dump(mode="json") | {"name": args.data.name},
+        ),
+        environment=capture(),
+        idle_check=None,
+        rows=[row],
+        note=load,
+    )
+    try:
+        write_run(args.json_out, record)  # atomic: the old file or the new one, never half
+    except OSError as error:  # checked writable before the measurement; a full disk is not
+        raise UsageError(f"--json-out {args.json_out}: {cli.one_line(error)}") from None
+    print(f"wrote {args.json_out}")
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    try:
-        args = parse_args(argv)
-    except cli.UsageError as e:
-        _say(f"error: {e}")
-        return 2
-    except SystemExit as stop:  # --help
-        return int(stop.code or 0)
-    return run(args, argv)
+    return cli.run(PROG, lambda: run(parse_args(argv), argv))

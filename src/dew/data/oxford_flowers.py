@@ -11,8 +11,9 @@ from importlib import resources
 from pathlib import Path
 
 from dew.data.sources import DataError, PreparedTfdsSource
+from dew.data.spec import OxfordFlowers
 
-TFDS_NAME = "oxford_flowers102"
+TFDS_NAME = OxfordFlowers.prepared_name
 TFDS_VERSION = "2.1.1"
 # The original distribution's split files (setid.mat) -> TFDS split names.
 SPLITS = {"train": "trnid", "validation": "valid", "test": "tstid"}

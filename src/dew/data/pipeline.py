@@ -35,8 +35,8 @@ import grain
 import numpy as np
 
 from dew.data.oxford_flowers import oxford_flowers_source
-from dew.data.sources import PreparedTfdsSource
-from dew.data.spec import DatasetSpec, OxfordFlowers, SyntheticImages
+from dew.data.sources import DataError, PreparedTfdsSource, read_dataset_info
+from dew.data.spec import DATASETS, DatasetSpec, OxfordFlowers, SyntheticImages, flag
 from dew.data.synthetic import SyntheticSource
 from dew.data.transforms import ImageTextTransform
 
@@ -47,6 +47,8 @@ WORKER_PIPE_BYTES = 1 << 20
 
 def make_source(spec: DatasetSpec):
     """The random-access record source a spec names (checks the directory up front)."""
+    if spec.path is not None:
+        check_prepared_name(spec)
     if isinstance(spec, OxfordFlowers):
         return oxford_flowers_source(spec.path, spec.split)
     if isinstance(spec, SyntheticImages):
@@ -57,6 +59,25 @@ def make_source(spec: DatasetSpec):
             return source
         return SyntheticSource(spec.num_records, spec.seed)
     raise TypeError(f"no source for {type(spec).__name__}")
+
+
+def check_prepared_name(spec: DatasetSpec) -> None:
+    """Refuse a prepared directory of another dataset than the spec's: its rows would be
+    labelled with the spec's name while timing other records (a synthetic set timed as
+    oxford-flowers). The name is the one in the directory's dataset_info.json."""
+    found = read_dataset_info(spec.path).get("name")
+    if found in (spec.prepared_name, None):  # no name: the source says what is wrong
+        return
+    readers = [other.name for other in DATASETS.values() if other.prepared_name == found]
+    hint = (
+        f"run it as data:{readers[0]} --data.path {spec.path}"
+        if readers
+        else "prepare one with tools/prepare_dataset.py"
+    )
+    raise DataError(
+        f"{flag('path')} {spec.path} holds the prepared dataset {found!r} (the name in its "
+        f"dataset_info.json), not {spec.prepared_name!r}, which data:{spec.name} reads; {hint}"
+    )
 
 
 def build_dataset(spec: DatasetSpec, batch_size: int, *, source=None) -> grain.MapDataset:

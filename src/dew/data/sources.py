@@ -50,17 +50,12 @@ class PreparedTfdsSource:
     def __init__(self, path: str | Path, split: str = "all"):
         self.path = Path(path)
         info_file = self.path / "dataset_info.json"
-        if not info_file.is_file():
-            raise DataError(
-                f"{self.path} is not a prepared TFDS version directory (no dataset_info.json); "
-                "make one with tools/prepare_dataset.py"
-            )
+        info = read_dataset_info(self.path)
         try:
-            info = json.loads(info_file.read_text())
             self.dataset = info["name"]
             file_format = info.get("fileFormat", "array_record")
             splits = {s["name"]: s for s in info["splits"]}
-        except (ValueError, KeyError, TypeError) as e:
+        except (KeyError, TypeError, AttributeError) as e:
             raise DataError(f"{info_file}: not a TFDS dataset_info.json ({_first_line(e)})") from e
         if file_format != "array_record":
             raise DataError(
@@ -115,6 +110,49 @@ class PreparedTfdsSource:
 
     def __repr__(self) -> str:
         return f"PreparedTfdsSource({str(self.path)!r}, splits={self.splits}, records={len(self)})"
+
+
+def read_dataset_info(path: str | Path) -> dict:
+    """The dataset_info.json of a prepared version directory, or a DataError saying what
+    `path` is instead (missing, not a directory, not prepared, unreadable)."""
+    path = Path(path)
+    info_file = path / "dataset_info.json"
+    if not path.exists():
+        raise DataError(f"no such directory: {path}")
+    if not path.is_dir():
+        raise DataError(f"{path} is not a directory (a prepared dataset is one)")
+    if not info_file.is_file():
+        raise DataError(
+            f"{path} is not a prepared dataset (no dataset_info.json); "
+            "make one with tools/prepare_dataset.py"
+        )
+    try:
+        info = json.loads(info_file.read_text())
+    except (OSError, ValueError) as e:  # UnicodeDecodeError is a ValueError
+        raise DataError(f"{info_file}: not a TFDS dataset_info.json ({_first_line(e)})") from e
+    if not isinstance(info, dict):
+        raise DataError(f"{info_file}: not a TFDS dataset_info.json (not a JSON object)")
+    return info
+
+
+def prepared_files(path: str | Path) -> list[Path]:
+    """The files of the prepared dataset in `path` (what write_prepared writes, the shards
+    its dataset_info.json lists); [] where `path` holds none that can be read."""
+    path = Path(path)
+    try:
+        info = read_dataset_info(path)
+        template_shards = [
+            (s.get("filepathTemplate", DEFAULT_TEMPLATE), s["name"], len(s["shardLengths"]))
+            for s in info["splits"]
+        ]
+        name = info["name"]
+    except (DataError, KeyError, TypeError, AttributeError):
+        return []
+    files = [path / f for f in ("dataset_info.json", "features.json", "label.labels.txt")]
+    for template, split, count in template_shards:
+        files += [path / _shard_name(template, name, split, i, count) for i in range(count)]
+    # Only files in `path` itself: a template naming another place is not the dataset's.
+    return [file for file in files if file.parent == path and file.name not in ("", "..")]
 
 
 def _check_shard(shard: Path, expected: int) -> None:

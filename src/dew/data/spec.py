@@ -2,6 +2,7 @@
 
 The command line sets them as `--data.*` (tyro subcommands `data:<name>`), so a field
 here is a flag there: `--data.image-size 64 --data.loading.workers 0 --data.path DIR`.
+The checks and notices therefore name a field by its flag (`flag("loading.workers")`).
 """
 
 from __future__ import annotations
@@ -9,7 +10,20 @@ from __future__ import annotations
 import os
 from typing import ClassVar
 
+from dew.bench import cli  # standard library only: the one spelling of a flag
 from dew.config import Config
+
+# The largest square side a record is decoded to. The photos are about 500 px and the step
+# benchmark's models take 64 px or less; at 4096 px a batch of 8 is already 400 MB of uint8,
+# several batches in flight per worker. Above that a typo (100000 px is 30 GB an image)
+# ends with the process killed for memory or PIL's decompression-bomb refusal, after the
+# workers started and with no reason a user can act on: refused up front instead.
+MAX_IMAGE_SIZE = 4096
+
+
+def flag(field: str) -> str:
+    """The flag that sets a spec field: `loading.workers` -> `--data.loading.workers`."""
+    return cli.flag("data." + field)
 
 
 class Loading(Config):
@@ -36,9 +50,11 @@ class Loading(Config):
         for name in ("workers", "threads", "read_buffer"):
             value = getattr(self, name)
             if value is not None and value < 0:
-                raise ValueError(f"data.loading.{name} must be >= 0, got {value}")
+                raise ValueError(f"{flag('loading.' + name)} must be >= 0, got {value}")
         if self.worker_buffer < 1:
-            raise ValueError(f"data.loading.worker_buffer must be >= 1, got {self.worker_buffer}")
+            raise ValueError(
+                f"{flag('loading.worker_buffer')} must be >= 1, got {self.worker_buffer}"
+            )
 
     @property
     def read_ahead(self) -> int:
@@ -61,14 +77,16 @@ class Loading(Config):
             if capped != value:
                 share = name == "threads" and workers > 1
                 why = f"{cpus} CPUs over {workers} workers" if share else f"{cpus} CPUs here"
-                notices.append(f"data.loading.{name} {value} capped to {capped} ({why})")
+                notices.append(f"{flag('loading.' + name)} {value} capped to {capped} ({why})")
         return self.model_copy(update={"workers": workers, "threads": threads}), notices
 
 
 class DatasetSpec(Config):
-    """Fields every dataset has. Subclasses set `name`, the key in DATASETS."""
+    """Fields every dataset has. Subclasses set `name`, the key in DATASETS, and
+    `prepared_name`, the `name` in the dataset_info.json of a directory it reads."""
 
     name: ClassVar[str] = ""
+    prepared_name: ClassVar[str] = ""
 
     image_size: int = 64
     """square side in pixels after resize."""
@@ -83,8 +101,12 @@ class DatasetSpec(Config):
     loading: Loading = Loading()
 
     def check(self) -> None:
-        if self.image_size < 1:
-            raise ValueError(f"data.image_size must be >= 1, got {self.image_size}")
+        if not 1 <= self.image_size <= MAX_IMAGE_SIZE:
+            why = " (a larger square only upsamples; a batch of them takes GBs)"
+            raise ValueError(
+                f"{flag('image_size')} must be 1..{MAX_IMAGE_SIZE} px, got {self.image_size}"
+                + (why if self.image_size > MAX_IMAGE_SIZE else "")
+            )
         self.loading.check()
 
 
@@ -92,6 +114,7 @@ class OxfordFlowers(DatasetSpec):
     """Oxford Flowers 102 from a TFDS-prepared oxford_flowers102 directory (8,189 records)."""
 
     name: ClassVar[str] = "oxford-flowers"
+    prepared_name: ClassVar[str] = "oxford_flowers102"  # TFDS's name, which TFDS writes
 
 
 class SyntheticImages(DatasetSpec):
@@ -99,6 +122,7 @@ class SyntheticImages(DatasetSpec):
     --synthetic N), else generated in memory at start (so no disk is needed)."""
 
     name: ClassVar[str] = "synthetic-images"
+    prepared_name: ClassVar[str] = "synthetic_images"
 
     num_records: int = 2000
     """records generated in memory when no path is given."""
@@ -106,7 +130,7 @@ class SyntheticImages(DatasetSpec):
     def check(self) -> None:
         super().check()
         if self.num_records < 1:
-            raise ValueError(f"data.num_records must be >= 1, got {self.num_records}")
+            raise ValueError(f"{flag('num_records')} must be >= 1, got {self.num_records}")
 
 
 DATASETS: dict[str, type[DatasetSpec]] = {

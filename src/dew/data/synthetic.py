@@ -64,6 +64,8 @@ def prepare_synthetic(
 ):
     """A TFDS-layout directory (split "train") of `num_records` synthetic records."""
     from dew.data.sources import write_prepared
+    from dew.data.spec import SyntheticImages
 
     records = [synthetic_record(seed, i, sides) for i in range(num_records)]
-    return write_prepared(out, "synthetic_images", {"train": records}, CLASS_NAMES, **write_options)
+    name = SyntheticImages.prepared_name
+    return write_prepared(out, name, {"train": records}, CLASS_NAMES, **write_options)

@@ -94,7 +94,9 @@ class ImageTextTransform:
             image = decode_square(record["image"], self.image_size)
         except Exception as e:
             name = f" ({record['file_name']})" if record.get("file_name") else ""
+            # A MemoryError (or other bare exception) has no message: its type is the reason.
             why = "not an image file" if isinstance(e, UnidentifiedImageError) else str(e)
+            why = why.strip() or type(e).__name__
             raise DataError(
                 f"record {record['index']}{name}: cannot decode its JPEG: {why}".splitlines()[0]
             ) from e
