@@ -7,29 +7,74 @@ each in a fresh process, with the same --compilation-cache-dir.
 The first run starts from an empty cache directory (a new temporary one unless --cache-dir
 is given), so it compiles; the second finds the executable there. Prints both compile
 times (the rows' compile_s) and their ratio; exit 0 when the second is at least
---min-speedup times faster.
+--min-speedup times faster, 1 when it is not (or a run failed), 2 on bad input.
 """
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
+import json
+import math
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Literal
 
-from dew.bench.schema import read_run
+from dew.bench import cli, presets
+from dew.bench.files import check_output_dir
 
+PROG = "compile_cache_check"
 REPO = Path(__file__).resolve().parents[1]
 
 
+@dataclasses.dataclass(frozen=True)
+class Args:
+    """Compile-only of one architecture twice, in fresh processes sharing one compilation
+    cache. Exit 0: the second compile is --min-speedup times faster; 1: it is not; 2: usage."""
+
+    architecture: str = "simple_dit"
+    """the architecture compiled (one of the preset's; its first case there)"""
+    preset: Literal["small", "cpu-smoke"] = "small"
+    """the benchmark preset (dew.bench.presets)"""
+    cache_dir: Path | None = None
+    """an empty or new directory for the cache (None: a temporary one, removed after)"""
+    min_speedup: float = 5.0
+    """how many times faster the second compile must be (> 0)"""
+
+
+class RunFailed(Exception):
+    """A compile-only run did not give an ok row."""
+
+
+def check(args: Args) -> None:
+    """What tyro cannot check, before anything runs: UsageError with one line."""
+    if not (args.min_speedup > 0 and math.isfinite(args.min_speedup)):  # NaN fails too
+        raise cli.UsageError(
+            f"--min-speedup must be a finite number > 0 (got {args.min_speedup:g})"
+        )
+    try:
+        presets.select(presets.get(args.preset), [args.architecture])
+    except ValueError as error:
+        raise cli.UsageError(f"--architecture: {error}") from None
+    if args.cache_dir is not None:
+        check_output_dir(args.cache_dir, flag="--cache-dir")
+        if args.cache_dir.exists() and any(args.cache_dir.iterdir()):
+            raise cli.UsageError(
+                f"--cache-dir {args.cache_dir} is not empty; the first run must compile"
+            )
+
+
 def compile_once(architecture: str, preset: str, cache: Path, out: Path) -> tuple[float, float]:
+    # --cases with the architecture alone: the preset's first case of it, one row (the
+    # preset may have more, e.g. causal_transformer's MoE case).
     command = [
         sys.executable,
         str(REPO / "tools" / "benchmark_step.py"),
         "--preset", preset,
-        "--architectures", architecture,
+        "--cases", json.dumps([{"architecture": architecture}]),
         "--compile-only",
         "--compilation-cache-dir", str(cache),
         "--json-out", str(out),
@@ -37,36 +82,48 @@ def compile_once(architecture: str, preset: str, cache: Path, out: Path) -> tupl
     start = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True)
     wall = time.perf_counter() - start
-    (row,) = read_run(out).rows
-    if done.returncode != 0 or row.status != "ok":
-        raise SystemExit(f"compile-only run failed: {row.error or done.stderr.strip()[-300:]}")
-    return row.compile_s, wall
+    rows = read_rows(out)
+    if done.returncode != 0 or len(rows) != 1 or rows[0].status != "ok":
+        why = rows[0].error if len(rows) == 1 and rows[0].error else done.stderr.strip()
+        raise RunFailed(f"compile-only run failed: {why.splitlines()[-1] if why else '?'}")
+    return rows[0].compile_s, wall
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--architecture", default="simple_dit")
-    parser.add_argument("--preset", default="small", choices=["small", "cpu-smoke"])
-    parser.add_argument("--cache-dir", type=Path, default=None)
-    parser.add_argument("--min-speedup", type=float, default=5.0)
-    args = parser.parse_args()
+def read_rows(out: Path) -> list:
+    """The run's rows; none when it wrote no record (it failed before any case)."""
+    from dew.bench.schema import read_run
 
+    if not out.is_file():
+        return []
+    return list(read_run(out).rows)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    prog = "scripts/compile_cache_check.py"
+    return cli.run(PROG, lambda: compare_compiles(cli.parse(Args, argv, prog=prog)))
+
+
+def compare_compiles(args: Args) -> int:
+    check(args)
     with tempfile.TemporaryDirectory(prefix="dew-cache-check-") as scratch:
         cache = args.cache_dir or Path(scratch) / "cache"
-        if cache.exists() and any(cache.iterdir()):
-            raise SystemExit(f"--cache-dir {cache} is not empty; the first run must compile")
-        runs = [
-            compile_once(args.architecture, args.preset, cache, Path(scratch) / f"{n}.json")
-            for n in (1, 2)
-        ]
+        try:
+            runs = [
+                compile_once(args.architecture, args.preset, cache, Path(scratch) / f"{n}.json")
+                for n in (1, 2)
+            ]
+        except RunFailed as error:
+            cli.say(PROG, cli.one_line(error))
+            return cli.EXIT_CHANGED
     (first, first_wall), (second, second_wall) = runs
 
-    speedup = first / second
+    speedup = first / second if second else math.inf  # a cache hit can round to 0 s
     print(f"{args.architecture} ({args.preset}), --compile-only, same --compilation-cache-dir")
     print(f"first run:  compile {first:.2f} s (process wall {first_wall:.1f} s)")
     print(f"second run: compile {second:.2f} s (process wall {second_wall:.1f} s)")
     print(f"speedup:    {speedup:.1f}x (needed {args.min_speedup:g}x)")
-    return 0 if speedup >= args.min_speedup else 1
+    return cli.EXIT_OK if speedup >= args.min_speedup else cli.EXIT_CHANGED
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """The step benchmark's own overhead: its ms/step against a bare loop over the same step.
 
 Both loops drive the same compiled executable in the same process, on the same state
-and batch: the tool's measurement (dew.bench.step.measure: the Trainer's `step`, the
+and batch: the tool's measurement (dew.bench.case_run.measure: the Trainer's `step`, the
 dispatch window, one block at the end) and the tightest loop that can be written
 (`compiled(state, batch)` back to back, one block at the end). They alternate for a
 number of rounds so that a slow spell of the host hits both. The verdict is the median
@@ -12,23 +12,60 @@ median of each side alone can come from different minutes. Those are printed bes
     JAX_PLATFORMS=cpu python scripts/step_overhead.py [--architecture simple_dit]
         [--preset cpu-smoke] [--batch 8] [--steps 200] [--rounds 31] [--limit 0.02]
 
-Exit 0 when the median paired overhead is within --limit, 1 otherwise.
+Exit 0 when the median paired overhead is within --limit, 1 otherwise (or when the case
+cannot be built), 2 on bad input.
 """
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
+import math
 import statistics
 import sys
 import time
+from collections.abc import Sequence
+from typing import Literal
 
-import jax
+from dew.bench import cli, presets
 
-from dew.bench import step
-from dew.bench.presets import Case
+PROG = "step_overhead"
+
+
+@dataclasses.dataclass(frozen=True)
+class Args:
+    """The step benchmark's ms/step against a bare loop over the same compiled step.
+    Exit 0: the median paired overhead is within --limit; 1: it is not; 2: usage."""
+
+    architecture: str = "simple_dit"
+    """the architecture whose step is timed (one of the preset's)"""
+    preset: Literal["cpu-smoke", "small"] = "cpu-smoke"
+    """the model config preset (dew.bench.presets)"""
+    batch: int = 8
+    """samples per step (>= 1)"""
+    steps: int = 200
+    """steps in each timed window (>= 1)"""
+    rounds: int = 31
+    """rounds of one tool window and one bare window (>= 1)"""
+    limit: float = 0.02
+    """allowed relative overhead of the tool (>= 0; 0.02 is 2%)"""
+
+
+def check(args: Args) -> None:
+    """What tyro cannot check, before anything is built: UsageError with one line."""
+    for name in ("batch", "steps", "rounds"):
+        if getattr(args, name) < 1:
+            raise cli.UsageError(f"--{name} must be at least 1 (got {getattr(args, name)})")
+    if not (args.limit >= 0 and math.isfinite(args.limit)):  # NaN fails this too
+        raise cli.UsageError(f"--limit must be a finite number >= 0 (got {args.limit:g})")
+    try:
+        presets.select(presets.get(args.preset), [args.architecture])
+    except ValueError as error:
+        raise cli.UsageError(f"--architecture: {error}") from None
 
 
 def bare_ms_per_step(compiled, state, batch, steps: int):
+    import jax
+
     start = time.perf_counter()
     for _ in range(steps):
         state, metrics = compiled(state, batch)
@@ -36,23 +73,29 @@ def bare_ms_per_step(compiled, state, batch, steps: int):
     return state, (time.perf_counter() - start) * 1e3 / steps
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--architecture", default="simple_dit")
-    parser.add_argument("--preset", default="cpu-smoke", choices=["cpu-smoke", "small"])
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument("--rounds", type=int, default=31)
-    parser.add_argument("--limit", type=float, default=0.02, help="allowed relative overhead")
-    args = parser.parse_args()
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    return cli.run(PROG, lambda: overhead(cli.parse(Args, argv, prog="scripts/step_overhead.py")))
+
+
+def overhead(args: Args) -> int:
+    check(args)
+    import jax
+
+    from dew.bench import case_run
+    from dew.bench.settings import Options
 
     # One device: the smallest step there is, where any per-step cost of the tool shows most.
-    options = step.Options(
+    options = Options(
         preset=args.preset, steps=args.steps, warmup=2, mesh={"fsdp": 1}, isolate=False
     )
-    case = Case(architecture=args.architecture, batch=args.batch)
+    case = presets.Case(architecture=args.architecture, batch=args.batch)
     figures: dict = {}
-    prepared = step.prepare(case, options, figures)
+    try:
+        prepared = case_run.prepare(case, options, figures)
+    except Exception as error:  # the case, not the input: a model that cannot be built here
+        cli.say(PROG, f"{case.label()} could not be built: {cli.one_line(error)}")
+        return cli.EXIT_CHANGED
     compiled = prepared.trainer.compiled
     print(
         f"{args.architecture} ({args.preset}, batch {args.batch}) on "
@@ -66,7 +109,7 @@ def main() -> int:
         # (or just disturbed) by the other.
         for which in ("tool", "bare") if round_index % 2 == 0 else ("bare", "tool"):
             if which == "tool":
-                tool.append(step.measure(prepared, options, dict(figures))["ms_per_step"])
+                tool.append(case_run.measure(prepared, options, dict(figures))["ms_per_step"])
             else:
                 prepared.state, ms = bare_ms_per_step(
                     compiled, prepared.state, prepared.batch, args.steps
@@ -86,7 +129,7 @@ def main() -> int:
         f"overhead      paired median {paired * 100:+.2f}% (limit {args.limit * 100:.0f}%); "
         f"fastest vs fastest {fastest * 100:+.2f}%, median vs median {medians * 100:+.2f}%"
     )
-    return 0 if paired <= args.limit else 1
+    return cli.EXIT_OK if paired <= args.limit else cli.EXIT_CHANGED
 
 
 if __name__ == "__main__":

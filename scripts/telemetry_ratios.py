@@ -7,13 +7,26 @@ for docs/research/benchmark-parity.md.
 
 from __future__ import annotations
 
+import dataclasses
+import sys
+from collections.abc import Sequence
+
 import jax
 import jax.numpy as jnp
 import optax
 from flax import nnx
 from jax import lax
 
+from dew.bench import cli
 from dew.telemetry.instrumentation import cost_analysis_flops, hlo_flops
+
+PROG = "telemetry_ratios"
+
+
+@dataclasses.dataclass(frozen=True)
+class Args:
+    """The optimized-HLO FLOP count against XLA's cost_analysis() for the functions the
+    telemetry tests check, as a Markdown table. Takes no flags."""
 
 
 def conv(x, w, stride, groups):
@@ -93,7 +106,13 @@ def cases():
     yield "Flax MLP train step with adam", mlp_train_step()
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    prog = "scripts/telemetry_ratios.py"
+    return cli.run(PROG, lambda: print_table(cli.parse(Args, argv, prog=prog)))
+
+
+def print_table(args: Args) -> int:
     print(f"backend: {jax.default_backend()}\n")
     print("| function | optimized HLO FLOP | cost_analysis() FLOP | HLO / cost_analysis |")
     print("|---|---:|---:|---:|")
@@ -103,7 +122,8 @@ def main() -> None:
         xla = cost_analysis_flops(compiled)
         ratio = f"{ours / xla:.3f}x" if xla else "n/a"
         print(f"| {label} | {ours:,.0f} | {xla:,.0f} | {ratio} |")
+    return cli.EXIT_OK
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -10,14 +10,20 @@ the size of the optimized HLO, the time `hlo_flops` takes to count it, and both 
 
 from __future__ import annotations
 
+import dataclasses
+import sys
 import time
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
 import optax
 from flax import nnx
 
+from dew.bench import cli
 from dew.telemetry.instrumentation import cost_analysis_flops, hlo_flops
+
+PROG = "telemetry_speed"
 
 VOCAB, WIDTH, LAYERS, HEADS, HIDDEN, SEQ, BATCH = 50304, 768, 3, 12, 3072, 512, 16
 
@@ -58,7 +64,19 @@ class Decoder(nnx.Module):
         return x @ self.embed.embedding[...].T  # tied head, logits in fp32
 
 
-def main() -> None:
+@dataclasses.dataclass(frozen=True)
+class Args:
+    """How long the HLO FLOP counter takes against the compile of a causal_transformer-sized
+    decoder train step. Takes no flags."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    prog = "scripts/telemetry_speed.py"
+    return cli.run(PROG, lambda: time_counter(cli.parse(Args, argv, prog=prog)))
+
+
+def time_counter(args: Args) -> int:
     model = Decoder(nnx.Rngs(0))
     graphdef, params = nnx.split(model, nnx.Param)
     optimizer = optax.adam(1e-4)
@@ -103,7 +121,8 @@ def main() -> None:
             f"(hlo / cost_analysis = {count.total / xla:.3f}x)"
         )
     print(f"unknown custom calls    {list(count.unknown_custom_calls)}")
+    return cli.EXIT_OK
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
