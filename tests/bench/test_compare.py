@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from dew.bench import compare
@@ -29,8 +30,8 @@ def test_seed_reading_simple_dit_faster_decoder_seven_percent_slower(rerun_vs_fi
     decoder = rows["causal_transformer"]
     assert decoder.verdict == "slower"
     assert decoder.change == pytest.approx(0.07, abs=0.005)
-    assert rows["video_dit"].verdict == "reproduced"
-    assert rows["hierarchical_mmdit"].verdict == "reproduced"
+    assert rows["video_dit"].verdict == "same"
+    assert rows["hierarchical_mmdit"].verdict == "same"
     # Same backbone: the 99,840 extra params are the condition table moved into the state.
     assert any("+99,840" in note and "condition" in note for note in dit.notes)
     assert not rerun_vs_first.reproduced
@@ -68,7 +69,7 @@ def test_cli_markdown_exit_status_band_and_plot(tmp_path, capsys):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # A band wide enough for the decoder's 7% and simple_dit's 11% reproduces it.
     assert compare.main([str(RERUN), str(FIRST), "--band", "12", "--format", "text"]) == 0
-    assert "\nREPRODUCED: 4 of 4" in capsys.readouterr().out
+    assert "\nREPRODUCED: 4 comparable rows: 4 same" in capsys.readouterr().out
 
 
 def test_run_against_itself_reproduces_and_default_reference(tmp_path, capsys):
@@ -77,7 +78,7 @@ def test_run_against_itself_reproduces_and_default_reference(tmp_path, capsys):
     # The default reference is the published record sharing the most rows: 09-02 itself.
     assert compare.default_reference(read_run(copy), copy) == FIRST
     assert compare.main([str(copy)]) == 0
-    assert "\nREPRODUCED: 12 of 12" in capsys.readouterr().out
+    assert "\nREPRODUCED: 12 comparable rows: 12 same" in capsys.readouterr().out
 
 
 def test_different_model_is_not_comparable(tmp_path):
@@ -108,6 +109,47 @@ def test_loader_records_compare_on_throughput():
     slower.rows[1].samples_per_s = loader.rows[1].samples_per_s / 2  # 8 workers: half as fast
     cmp = compare.compare(slower, loader)
     verdicts = [r.verdict for r in cmp.rows]
-    assert verdicts == ["reproduced", "slower"]
+    assert verdicts == ["same", "slower"]
     assert cmp.rows[1].change == pytest.approx(1.0)  # twice the time per sample
     assert not cmp.reproduced
+
+
+@pytest.mark.parametrize("flags", [["--alpha", "2"], ["--alpha", "0"], ["--band", "-5"]])
+def test_bad_alpha_and_band_are_one_line_and_exit_2(capsys, flags):
+    assert compare.main([str(RERUN), str(FIRST), *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and flags[0] in err
+
+
+def _with_samples(record, scale: float, seed: int, repeats: int = 5):
+    """The record with every timed row given `repeats` repeats around scale x its ms/step."""
+    from dew.bench.repeats import step_repeat, summarize_step
+
+    rng = np.random.default_rng(seed)
+    rows = []
+    for row in record.rows:
+        if row.ms_per_step is None:
+            rows.append(row)
+            continue
+        level = row.ms_per_step * scale
+        runs = []
+        for _ in range(repeats):
+            steps = level * (1 + rng.normal(0, 0.01, 20))
+            runs.append(step_repeat(float(steps.mean()), steps, None))
+        rows.append(summarize_step(row.model_copy(update={"ms_per_step": level}), runs))
+    return record.model_copy(update={"rows": rows, "schema_version": 2})
+
+
+def test_rows_with_samples_get_statistical_verdicts_and_strict_fails_undecided(tmp_path):
+    first = read_run(FIRST)
+    same = compare.compare(_with_samples(first, 1.0, 1), _with_samples(first, 1.0, 2))
+    assert {r.verdict for r in same.counted} <= {"same", "undecided"} and same.reproduced
+    slower = compare.compare(_with_samples(first, 2.0, 3), _with_samples(first, 1.0, 4))
+    assert {r.verdict for r in slower.counted} == {"slower"} and not slower.reproduced
+    assert all(r.samples.low > 1.9 for r in slower.counted)
+    # Two repeats a side: every row undecided; exit 0, but 1 with --strict.
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    write_run(a, _with_samples(first, 1.0, 5, repeats=2))
+    write_run(b, _with_samples(first, 1.0, 6, repeats=2))
+    assert compare.main([str(a), str(b)]) == 0
+    assert compare.main([str(a), str(b), "--strict"]) == 1

@@ -217,6 +217,8 @@ def test_resume_refuses_a_record_from_another_commit(tmp_path):
         (["--cases", '[{"architecture": "nope"}]'], ["'nope'", "simple_dit"]),
         (["--cases", "not json"], ["--cases"]),
         (["--steps", "0"], ["--steps", "0"]),
+        (["--repeats", "0"], ["--repeats", "0"]),
+        (["--repeats", "-1"], ["--repeats", "-1"]),
         (["--preset", "big"], ["'big'", "cpu-smoke"]),
         (["--no-such-flag"], ["--no-such-flag"]),
         (["--mesh", '{"fsdpp": 2}'], ["'fsdpp'", "min_shard_size"]),
@@ -353,3 +355,22 @@ def test_the_table_has_the_seeds_columns_in_both_formats():
     md = report.step_table([row], "md").splitlines()
     assert md[0].startswith("| architecture |") and md[1].startswith("|---|")
     assert json.dumps(row.case) and row.key()[0] == "unet"
+
+
+def test_repeats_run_in_rounds_and_keep_every_repeats_samples(tmp_path):
+    out = tmp_path / "run.json"
+    cases = [Case(architecture="simple_dit", batch=8), Case(architecture="uvit", batch=8)]
+    lines = []
+    cache = str(tmp_path / "cache")  # repeat 2 loads repeat 1's executables: a faster test
+    options = _options(isolate=False, steps=3, repeats=2, compilation_cache_dir=cache)
+    record = step.run(options, cases, json_out=str(out), log=lines.append)
+    # Interleaved: every case once per round, not one case twice in a row.
+    assert [line.split(" ")[1].rstrip(":") for line in lines] == ["simple_dit", "uvit"] * 2
+    assert "repeat 2" in lines[2] and record.settings.repeats == 2
+    for row in record.rows:
+        assert len(row.repeats) == 2 and all(len(r.synced_ms) == 3 for r in row.repeats)
+        assert row.ms_per_step == pytest.approx(np.median([r.ms_per_step for r in row.repeats]))
+        low, high = row.ms_per_step_ci95
+        assert low <= row.ms_per_step <= high
+        assert "2 repeats: too few for a verdict (3 or more)" in row.warnings
+    assert read_run(out).rows == record.rows

@@ -15,6 +15,7 @@ from typing import Any
 
 from dew.bench.cli import one_line
 from dew.bench.presets import Case
+from dew.bench.repeats import step_repeat
 from dew.bench.schema import StepRow
 from dew.bench.settings import CACHE_OFF, Options
 from dew.bench.timing import block, time_steps
@@ -65,7 +66,9 @@ def prepare(case: Case, options: Options, figures: dict[str, Any]) -> Prepared:
     config = model_config(case, options.preset)
     figures["sample"] = sample_label(config)
     figures["batch"] = case.batch
-    cache = options.compilation_cache_dir or DEFAULT_CACHE
+    # Repeats are fresh compiles (XLA may choose differently each time) unless the user
+    # named a cache: then they share one executable, as the user asked.
+    cache = options.compilation_cache_dir or (CACHE_OFF if options.repeats > 1 else DEFAULT_CACHE)
     trainer = Trainer(
         case.architecture,
         config,
@@ -111,6 +114,8 @@ def measure(prepared: Prepared, options: Options, figures: dict[str, Any]) -> di
     step_s = timings.ms_per_step / 1e3
     figures["ms_per_step"] = timings.ms_per_step
     figures.update(timings.percentiles())
+    repeat = step_repeat(timings.ms_per_step, timings.synced_ms, figures.get("compile_s"))
+    figures["repeats"] = [repeat.model_dump()]
     figures["samples_per_s"] = batch / step_s
     if prepared.tokens_per_sample:
         figures["tokens_per_s"] = batch * prepared.tokens_per_sample / step_s

@@ -5,7 +5,11 @@
 
 First the stack differences (packages, driver, device, env flags, commit, settings), then
 per row the ratios run / reference of ms/step, p50, samples/s, util and peak GiB, and a
-verdict within the noise band. Rows are matched on `row.key()` (see `match_rows`). A row
+verdict: `faster`/`slower` only beyond the band AND significant at --alpha after
+Holm-Bonferroni over the rows (dew.bench.stats), `same` when the whole interval of the
+ratio lies inside the band, else `undecided` saying why; a side without raw samples (the
+published tables, schema 1) gets a band verdict on its point figures, and says so. Rows
+are matched on `row.key()` (see `match_rows`). A row
 whose model differs (GFLOP/step, backbone params, batch or sample) is "different model,
 not comparable": its ratios are shown but it does not decide the exit status.
 A compile-only RUN (settings.compile_only) has no times: compare prints the parity table
@@ -13,15 +17,15 @@ instead, params and GFLOP/step against the reference (dew.bench.parity has the c
 
 The reference defaults to the published record (results/published/) of the same kind that
 shares the most rows with the run. --plot writes a PNG, refusing an input or an existing
-file (unless --overwrite) before anything is printed. Exit 0 when every comparable row is
-within the band (parity holds), 1 when one is not (or nothing was comparable), 2 for bad
-input: flags, a file that is no valid record, records of two kinds, an unwritable --plot.
+file (unless --overwrite) before anything is printed. Exit 0 when no row is faster or
+slower (parity holds), 1 when one is, a row failed in this run, nothing was comparable or,
+with --strict, a row is undecided; 2 for bad input: flags, a file that is no valid record,
+records of two kinds, an unwritable --plot.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,9 +33,11 @@ from typing import Annotated, Literal
 
 import tyro
 
-from dew.bench import cli, files, report
+from dew.bench import cli, files, report, stats
 from dew.bench.cli import UsageError
+from dew.bench.repeats import data_groups, step_groups
 from dew.bench.schema import BenchmarkRun, DataRow, StepRow
+from dew.bench.stack import StackDifference, same_device, stack_differences
 from dew.bench.validate import check_file, load
 
 PROG = "python -m dew.bench.compare"
@@ -46,22 +52,17 @@ TIMING = {"step": "ms_per_step", "data": "samples_per_s"}  # what a verdict is j
 
 
 @dataclasses.dataclass
-class StackDifference:
-    what: str
-    run: str
-    reference: str
-
-
-@dataclasses.dataclass
 class RowComparison:
     label: str
     run: StepRow | DataRow | None
     reference: StepRow | DataRow | None
     ratios: dict[str, float | None]
     comparable: bool
-    verdict: str
+    verdict: str  # faster | slower | same | undecided, or why the row has none
     change: float | None = None  # relative change of the timing that decided the verdict
     notes: list[str] = dataclasses.field(default_factory=list)
+    samples: stats.Comparison | None = None  # both sides have raw samples (schema 2)
+    why: str | None = None  # what an `undecided` lacks
 
     @property
     def counts(self) -> bool:
@@ -70,7 +71,12 @@ class RowComparison:
 
     @property
     def within_band(self) -> bool:
-        return self.verdict == "reproduced"
+        return self.verdict in ("same", "undecided")
+
+    @property
+    def changed(self) -> bool:
+        """A real change (or a row that ran in the reference and fails now)."""
+        return self.counts and self.verdict in ("faster", "slower", "failed in this run")
 
 
 @dataclasses.dataclass
@@ -79,6 +85,7 @@ class Comparison:
     reference_label: str
     kind: str
     band: float
+    alpha: float
     stack: list[StackDifference]
     not_recorded: list[str]
     rows: list[RowComparison]
@@ -89,8 +96,12 @@ class Comparison:
 
     @property
     def reproduced(self) -> bool:
-        counted = self.counted
-        return bool(counted) and all(r.within_band for r in counted)
+        """Something was compared and no row changed (undecided rows do not fail it)."""
+        return bool(self.counted) and not any(r.changed for r in self.counted)
+
+    @property
+    def undecided(self) -> list[RowComparison]:
+        return [r for r in self.counted if r.verdict == "undecided"]
 
     @property
     def fields(self) -> tuple[str, ...]:
@@ -99,82 +110,6 @@ class Comparison:
     @property
     def timing(self) -> str:
         return TIMING[self.kind]
-
-
-# --- stack -------------------------------------------------------------------------------
-
-
-def _show(value) -> str:
-    if value is None:
-        return report.NOT_RECORDED
-    if isinstance(value, dict):
-        return ", ".join(f"{k}={v}" for k, v in sorted(value.items())) or "{}"
-    return str(value)
-
-
-def _same_device(a: str, b: str) -> bool:
-    """'NVIDIA GeForce RTX 4080' and 'RTX 4080' name the same card."""
-    x, y = (re.sub(r"nvidia|geforce|[\s_-]", "", kind.lower()) for kind in (a, b))
-    return x in y or y in x
-
-
-def _same_commit(a: str, b: str) -> bool:
-    """A short hash and the full one agree."""
-    return a.startswith(b) or b.startswith(a)
-
-
-def stack_differences(
-    run: BenchmarkRun, ref: BenchmarkRun
-) -> tuple[list[StackDifference], list[str]]:
-    """What differs between the two stacks, and what only one side recorded."""
-    diffs: list[StackDifference] = []
-    unknown: list[str] = []
-
-    def known(what: str, a, b, same=lambda x, y: x == y) -> None:
-        if a is None and b is None:
-            return
-        if a is None or b is None:
-            unknown.append(what)
-        elif not same(a, b):
-            diffs.append(StackDifference(what, _show(a), _show(b)))
-
-    ea, eb = run.environment, ref.environment
-    ca, cb = ea.code, eb.code
-    known("commit", ca and ca.commit, cb and cb.commit, _same_commit)
-    known("dirty tree", ca and ca.dirty, cb and cb.dirty)
-    da, db = ea.devices, eb.devices
-    known("device", da and da.kind, db and db.kind, _same_device)
-    known("device count", da and da.count, db and db.count)
-    close = lambda x, y: abs(x - y) < 0.5  # GiB as a tool or a spec sheet rounds them
-    known("device memory GiB", da and da.memory_gib, db and db.memory_gib, close)
-    known("driver", ea.driver_version, eb.driver_version)
-    known("CUDA", ea.cuda_version, eb.cuda_version)
-    known("cuDNN", ea.cudnn_version, eb.cudnn_version)
-    known("python", ea.python, eb.python)
-    pa, pb = ea.packages or {}, eb.packages or {}
-    for name in sorted(set(pa) | set(pb)):
-        known(f"package {name}", pa.get(name), pb.get(name))
-    ta, tb = ea.container, eb.container
-    for field in ("engine", "image_id", "base_image_digest", "lock_sha256"):
-        known(f"container {field}", ta and getattr(ta, field), tb and getattr(tb, field))
-    # Env flags: a flag set on one side and unset (or unrecorded) on the other is a
-    # difference in how the run ran, so every one is listed.
-    fa, fb = ea.env_flags, eb.env_flags
-    if fa is not None or fb is not None:
-        for name in sorted(set(fa or {}) | set(fb or {})):
-            a = (fa or {}).get(name, "unset" if fa is not None else report.NOT_RECORDED)
-            b = (fb or {}).get(name, "unset" if fb is not None else report.NOT_RECORDED)
-            if a != b:
-                diffs.append(StackDifference(f"env {name}", a, b))
-    ja, jb = ea.jax_config or {}, eb.jax_config or {}
-    for name in sorted(set(ja) & set(jb)):
-        known(f"jax config {name}", ja[name], jb[name])
-    sa, sb = run.settings, ref.settings
-    for field in ("preset", "steps", "warmup", "dtype", "mesh", "optimizer"):
-        a, b = getattr(sa, field), getattr(sb, field)
-        if a is not None and b is not None and a != b:
-            diffs.append(StackDifference(f"setting {field}", _show(a), _show(b)))
-    return diffs, unknown
 
 
 # --- rows --------------------------------------------------------------------------------
@@ -312,10 +247,29 @@ def compare_rows(run_row, ref_row, kind: str, band: float, note: str | None) -> 
     # For times lower is faster; for throughput (the loader) higher is.
     change = ratio - 1 if timing != "samples_per_s" else 1 / ratio - 1
     if abs(change) <= band / 100:
-        verdict = "reproduced"
+        verdict = "same"
     else:
         verdict = "faster" if change < 0 else "slower"
-    return RowComparison(label, run_row, ref_row, ratios, True, verdict, change, notes)
+    row = RowComparison(label, run_row, ref_row, ratios, True, verdict, change, notes)
+    groups = step_groups if kind == "step" else data_groups
+    run_groups, ref_groups = groups(run_row), groups(ref_row)
+    if run_groups and ref_groups:
+        row.samples = stats.compare_rows(run_groups, ref_groups)  # verdict: after Holm
+    else:
+        side = "reference" if not ref_groups else "run"
+        row.notes.append(f"{side} has no samples: a band verdict on the point figures")
+    return row
+
+
+def decide(rows: list[RowComparison], band: float, alpha: float) -> None:
+    """The verdicts of the rows with samples on both sides, their p-values corrected
+    together by Holm-Bonferroni (dew.bench.stats)."""
+    tested = [row for row in rows if row.samples is not None and row.counts]
+    adjusted = stats.holm([row.samples.p_value for row in tested])
+    for row, p_value in zip(tested, adjusted, strict=True):
+        row.verdict, row.why = stats.verdict(row.samples, p_value, band=band / 100, alpha=alpha)
+        if row.why:
+            row.notes.append(f"undecided: {row.why}")
 
 
 def compare(
@@ -323,6 +277,7 @@ def compare(
     reference: BenchmarkRun,
     *,
     band: float = 5.0,
+    alpha: float = 0.05,
     run_label: str = "run",
     reference_label: str = "reference",
 ) -> Comparison:
@@ -333,7 +288,8 @@ def compare(
         compare_rows(a, b, run.kind, band, note)
         for a, b, note in match_rows(run.rows, reference.rows)
     ]
-    return Comparison(run_label, reference_label, run.kind, band, stack, unknown, rows)
+    decide(rows, band, alpha)
+    return Comparison(run_label, reference_label, run.kind, band, alpha, stack, unknown, rows)
 
 
 # --- the default reference ---------------------------------------------------------------
@@ -355,9 +311,9 @@ def default_reference(run: BenchmarkRun, run_path: Path, directory: Path = PUBLI
         shared = {r.key() for r in run.rows} & {r.key() for r in record.rows}
         names = {r.key()[0] for r in run.rows} & {r.key()[0] for r in record.rows}
         da, db = run.environment.devices, record.environment.devices
-        same_device = bool(da and db and da.kind and db.kind and _same_device(da.kind, db.kind))
+        same = bool(da and db and da.kind and db.kind and same_device(da.kind, db.kind))
         created = str(record.created or "")
-        candidates.append(((len(shared), len(names), same_device, created), path))
+        candidates.append(((len(shared), len(names), same, created), path))
     if not candidates:
         raise UsageError(f"no published {run.kind} record in {directory}; give REFERENCE")
     return max(candidates)[1]
@@ -379,7 +335,11 @@ class Args:
     )
     """the record to hold it against; default: the published one sharing the most rows"""
     band: float = 5.0
-    """noise band in percent, in [0, 100)"""
+    """noise band in percent, in [0, 100): a smaller change is never a verdict"""
+    alpha: float = 0.05
+    """significance level of a verdict, after Holm-Bonferroni over the rows compared"""
+    strict: bool = False
+    """exit 1 also when a row is undecided (too few samples or too noisy)"""
     format: Literal["md", "text"] = "md"
     """Markdown or aligned text"""
     plot: str | None = None
@@ -403,6 +363,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _compare(args: Args) -> int:
     if not 0 <= args.band < 100:  # a NaN fails this too
         raise UsageError(f"--band {args.band:g} is not a percentage in [0, 100)")
+    if not 0 < args.alpha < 1:
+        raise UsageError(f"--alpha {args.alpha:g} is not a probability in (0, 1)")
     run_path = Path(args.run)
     run = load(run_path, "RUN")
     if args.reference is not None:
@@ -428,10 +390,12 @@ def _compare(args: Args) -> int:
         ok, field = parity.passed(rows), "gflop_per_step"
     else:
         cmp = compare(
-            run, ref, band=args.band, run_label=str(run_path), reference_label=str(ref_path)
-        )
+            run, ref, band=args.band, alpha=args.alpha, run_label=str(run_path),
+            reference_label=str(ref_path),
+        )  # fmt: skip
         print(report.comparison(cmp, run, ref, args.format))
-        rows, ok, field = cmp.rows, cmp.reproduced, cmp.timing
+        rows, field = cmp.rows, cmp.timing
+        ok = cmp.reproduced and not (args.strict and cmp.undecided)
     if plot_path is not None:
         try:
             report.comparison_chart(plot_path, rows, field, str(run_path), str(ref_path))

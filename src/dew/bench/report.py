@@ -131,7 +131,29 @@ def step_table(rows: Sequence[StepRow], fmt: str = "tsv", *, compile_only: bool 
                 num(row.compile_s),
             ]
         )
-    return table(COMPILE_HEADERS if compile_only else STEP_HEADERS, body, fmt)
+    headers = list(COMPILE_HEADERS if compile_only else STEP_HEADERS)
+    headers, body = _noise_columns(rows, body, headers, compile_only)
+    return table(headers, body, fmt)
+
+
+def _noise_columns(rows, body, headers, compile_only):
+    """The interval (when a row has repeats) and the warnings (when a row has any) as
+    columns of their own, so that a run of one repeat prints the seed's table unchanged."""
+    ok = [row for row in rows if row.status == "ok"]
+    if not compile_only and any(row.repeats and len(row.repeats) > 1 for row in ok):
+        at = headers.index("ms/step") + 1
+        headers.insert(at, "95% interval")
+        for row, cells in zip(rows, body, strict=True):
+            if row.status == "ok":
+                interval = row.ms_per_step_ci95
+                shown = f"{num(interval[0], 2)} - {num(interval[1], 2)}" if interval else MISSING
+                cells.insert(at, f"{shown} ({len(row.repeats or [])})")
+    if any(row.warnings for row in rows):
+        headers.append("warnings")
+        for row, cells in zip(rows, body, strict=True):
+            if row.status == "ok":
+                cells.append("; ".join(row.warnings) or "")
+    return headers, body
 
 
 def data_table(rows: Sequence[DataRow], fmt: str = "tsv") -> str:
@@ -230,7 +252,8 @@ def comparison(cmp: Comparison, run: BenchmarkRun, ref: BenchmarkRun, fmt: str =
         if r.run is None:  # listed in one line below the table
             continue
         b = getattr(r.reference, cmp.timing) if r.reference else None
-        ratios = (_ratio_text(r.ratios.get(f)) for f in cmp.fields)
+        ratios = [_ratio_text(r.ratios.get(f)) for f in cmp.fields]
+        ratios[0] += _interval_text(r, cmp.timing)
         body.append([r.label, num(getattr(r.run, cmp.timing), 2), num(b, 2), *ratios, r.verdict])
     out += [f"{h}Rows", "", table(headers, body, style)]
     absent = [r.label for r in cmp.rows if r.run is None]
@@ -240,10 +263,13 @@ def comparison(cmp: Comparison, run: BenchmarkRun, ref: BenchmarkRun, fmt: str =
     if notes:
         out += ["Notes:", *notes, ""]
     counted = cmp.counted
-    within = [r for r in counted if r.within_band]
-    outside = [r for r in counted if not r.within_band]
+    tally = {word: sum(r.verdict == word for r in counted) for word in VERDICTS}
+    outside = [r for r in counted if r.changed]
     word = "REPRODUCED" if cmp.reproduced else "NOT REPRODUCED"
-    summary = f"{word}: {len(within)} of {len(counted)} comparable rows within ±{cmp.band:g}%"
+    summary = f"{word}: {len(counted)} comparable rows: " + ", ".join(
+        f"{count} {verdict}" for verdict, count in tally.items() if count
+    )
+    summary += f" (band ±{cmp.band:g}%, alpha {cmp.alpha:g} after Holm-Bonferroni)"
     if outside:
         summary += "; " + "; ".join(
             f"{r.label} {r.verdict}"
@@ -254,18 +280,40 @@ def comparison(cmp: Comparison, run: BenchmarkRun, ref: BenchmarkRun, fmt: str =
     return "\n".join(out)
 
 
+VERDICTS = ("faster", "slower", "same", "undecided", "failed in this run")
+
+
+def _interval_text(row, timing: str) -> str:
+    """The ratio's 95% interval, in the timing's own direction (samples/s inverts)."""
+    if row.samples is None or row.samples.low is None:
+        return ""
+    low, high = row.samples.low, row.samples.high
+    if timing == "samples_per_s":
+        low, high = 1 / high, 1 / low
+    return f" [{low:.3f}, {high:.3f}]"
+
+
 def comparison_chart(path: Path, rows, field: str, run_label: str, reference_label: str) -> Path:
     """`field` of the run against the reference, per row with both sides; `rows` have
     .label, .run and .reference (compare.RowComparison, parity.ParityRow)."""
     rows = [r for r in rows if r.run is not None and r.reference is not None]
-    series = {
-        f"run: {Path(run_label).stem}": [getattr(r.run, field) for r in rows],
-        f"reference: {Path(reference_label).stem}": [getattr(r.reference, field) for r in rows],
+    sides = {
+        f"run: {Path(run_label).stem}": [r.run for r in rows],
+        f"reference: {Path(reference_label).stem}": [r.reference for r in rows],
     }
+    series = {name: [getattr(row, field) for row in side] for name, side in sides.items()}
+    errors = {name: [_row_interval(row, field) for row in side] for name, side in sides.items()}
     name = COLUMN_NAMES[field]
     return bar_chart(
-        path, [r.label for r in rows], series, ylabel=name, title=f"{name}: run against reference"
-    )
+        path, [r.label for r in rows], series, ylabel=name, errors=errors,
+        title=f"{name}: run against reference (bars: 95% intervals where a row has samples)",
+    )  # fmt: skip
+
+
+def _row_interval(row, field: str) -> tuple[float, float] | None:
+    interval = {"ms_per_step": "ms_per_step_ci95", "samples_per_s": "samples_per_s_ci95"}
+    value = getattr(row, interval.get(field, ""), None)
+    return tuple(value) if value else None
 
 
 # --- charts -------------------------------------------------------------------------------
@@ -278,8 +326,10 @@ def bar_chart(
     *,
     ylabel: str,
     title: str,
+    errors: dict[str, Sequence[tuple[float, float] | None]] | None = None,
 ) -> Path:
-    """Grouped bars, one group per label, one bar per series (None leaves a gap)."""
+    """Grouped bars, one group per label, one bar per series (None leaves a gap); `errors`
+    draws each bar's interval (low, high) where it has one."""
     # The object API with the Agg canvas: no display needed, and no pyplot, whose import
     # (backend discovery) costs seconds.
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -295,6 +345,11 @@ def bar_chart(
         xs = [j + (i - (n - 1) / 2) * width for j in range(len(labels))]
         heights = [v if v is not None else 0.0 for v in values]
         bars = ax.bar(xs, heights, width, label=name)
+        intervals = (errors or {}).get(name) or [None] * len(xs)
+        for x, v, interval in zip(xs, values, intervals, strict=True):
+            if v is not None and interval is not None:
+                low, high = interval
+                ax.errorbar(x, v, yerr=[[v - low], [high - v]], color="black", capsize=3, lw=1)
         for bar, v in zip(bars, values, strict=True):
             if v is not None:
                 ax.annotate(

@@ -35,7 +35,10 @@ from pydantic import Discriminator, Field, Tag
 
 from dew.bench.files import atomic_write  # standard library only
 
-SCHEMA_VERSION = 1
+# 2: raw samples (`repeats`: per-step synced times, per-batch intervals), `ms_per_step_ci95`,
+# `warnings` and Settings.repeats. Version 1 records (the published ones) still validate:
+# every new field is optional, so they read as rows holding summaries only.
+SCHEMA_VERSION = 2
 
 # An allowlist, not a denylist: a record carries these variables and nothing else, so a
 # token or password in the environment can never reach a published file.
@@ -187,6 +190,9 @@ class IdleCheck(Record):
 
 class Settings(Record):
     preset: str | None = None
+    repeats: Annotated[int, Field(ge=1)] | None = Field(
+        default=None, description="fresh processes per case, interleaved across the cases"
+    )
     architectures: list[str] | None = None
     cases: list[dict[str, Any]] | None = None
     steps: Annotated[int, Field(ge=1)] | None = None
@@ -215,6 +221,29 @@ class _Row(Record):
         if self.status == "ok" and self.error:
             raise ValueError("an ok row carries no error; set status to 'failed'")
         return self
+
+
+Interval = Annotated[list[NonNegFloat], Field(min_length=2, max_length=2)]
+
+
+class StepRepeat(Record):
+    """One fresh process of a step case (--repeats): its own compile and both windows."""
+
+    ms_per_step: NonNegFloat = Field(description="the dispatch window's total / steps")
+    synced_ms: list[NonNegFloat] = Field(description="the synced window, one time per step")
+    compile_s: NonNegFloat | None = None
+    host_busy: str | None = Field(
+        default=None, description="why the idle check before this repeat's round failed"
+    )
+
+
+class DataRepeat(Record):
+    """One fresh process of a loader configuration (--repeats)."""
+
+    samples_per_s: NonNegFloat
+    intervals_ms: list[NonNegFloat] = Field(description="time between batches, one per batch")
+    first_batch_s: NonNegFloat | None = None
+    host_busy: str | None = None
 
 
 def _check_order(row: Any, names: tuple[str, ...]) -> None:
@@ -261,6 +290,13 @@ class StepRow(_Row):
     process_spread_ms: NonNegFloat | None = Field(
         default=None, description="slowest minus fastest process ms/step (multi-process runs)"
     )
+    ms_per_step_ci95: Interval | None = Field(
+        default=None, description="95% interval of the median ms/step over repeats and steps"
+    )
+    repeats: list[StepRepeat] | None = Field(
+        default=None, description="the raw samples: every repeat's windows (schema 2)"
+    )
+    warnings: list[str] = Field(default_factory=list, description="noise warnings")
     status: Literal["ok", "failed"]
     error: str | None = None
     note: str | None = None
@@ -321,6 +357,13 @@ class DataRow(_Row):
     p95_ms: NonNegFloat | None = None
     first_batch_s: NonNegFloat | None = None
     process_spread_ms: NonNegFloat | None = None
+    samples_per_s_ci95: Interval | None = Field(
+        default=None, description="95% interval of the median samples/s over repeats"
+    )
+    repeats: list[DataRepeat] | None = Field(
+        default=None, description="the raw samples: every repeat's batch intervals (schema 2)"
+    )
+    warnings: list[str] = Field(default_factory=list, description="noise warnings")
     status: Literal["ok", "failed"]
     error: str | None = None
     note: str | None = None

@@ -32,6 +32,9 @@ class Options:
     """steps in each timed window (>= 1)"""
     warmup: int = 2
     """untimed steps before the windows (>= 0)"""
+    repeats: int = 1
+    """fresh processes per case (a fresh compile each), interleaved round-robin across the
+    cases; the row's figures are medians over them, with a 95% interval"""
     dtype: Dtype = "bfloat16"
     """compute dtype (parameters and optimizer state stay float32)"""
     mesh: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -59,6 +62,7 @@ def settings_record(options: Options, cases: Sequence[Case]) -> Settings:
         architectures=sorted({case.architecture for case in cases}),
         cases=[case.model_dump(exclude_defaults=True) for case in cases],
         steps=fields.pop("steps"),
+        repeats=fields.pop("repeats"),
         warmup=fields.pop("warmup"),
         dtype=fields.pop("dtype"),
         mesh=fields.pop("mesh"),

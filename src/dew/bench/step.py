@@ -20,6 +20,7 @@ from typing import Any
 
 from dew.bench.cli import UsageError, one_line
 from dew.bench.presets import Case
+from dew.bench.repeats import merge_step
 from dew.bench.schema import SCHEMA_VERSION, BenchmarkRun, Environment, StepRow, read_run, write_run
 from dew.bench.settings import Options, measured_with, settings_record
 
@@ -96,15 +97,19 @@ def merged_cases(previous: BenchmarkRun | None, cases: Sequence[Case]) -> list[C
 # --- the run -------------------------------------------------------------------------------
 
 
-def progress_line(index: int, total: int, row: StepRow, seconds: float) -> str:
+def progress_line(progress: str, row: StepRow, seconds: float, round_index: int = 0) -> str:
     from dew.bench.report import num
 
-    head = f"[{index}/{total}] {row.label()}: {row.status}"
+    which = f" repeat {round_index + 1}" if round_index else ""
+    head = f"{progress} {row.label()}{which}: {row.status}"
     if row.status != "ok":
         return f"{head} ({seconds:.1f} s): {row.error}"
     parts = []
     if row.ms_per_step is not None:
         parts.append(f"{num(row.ms_per_step, 2)} ms/step")
+        if row.ms_per_step_ci95 and measured(row) > 1:
+            low, high = row.ms_per_step_ci95
+            parts[-1] += f" [{num(low, 2)}, {num(high, 2)}] over {measured(row)}"
     if row.gflop_per_step is not None:
         parts.append(f"{num(row.gflop_per_step)} GFLOP")
     if row.compile_s is not None:
@@ -123,11 +128,10 @@ def run(
     warnings: Sequence[str] = (),
     log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
 ) -> BenchmarkRun:
-    """Run every case; write the record after every row; return the final record."""
+    """Run every case `options.repeats` times, in rounds (every case once per round, so
+    drift spreads over all of them); write the record after every row; return it."""
     from dew.bench import multihost
-    from dew.bench.case_run import run_case
     from dew.bench.environment import capture
-    from dew.bench.isolation import run_case_isolated
     from dew.train.distributed import process_count, process_index
 
     # Several processes (dew.train.distributed): every one runs every case in-process and
@@ -140,7 +144,6 @@ def run(
         check_same_measurement(previous, options, environment, json_out)
     idle = check_idle(idle_check, skip=options.compile_only)
     rows: list[StepRow] = list(previous.rows) if previous else []
-    done = {row.key(): row for row in rows if row.status == "ok"}
     record: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "kind": "step",
@@ -152,25 +155,65 @@ def run(
         "rows": rows,
         "note": "; ".join(warnings) or None,
     }
-    for index, case in enumerate(cases, start=1):
-        key = case.key()
-        start = time.perf_counter()
-        if key in done:
+    repeats = 1 if options.compile_only else options.repeats
+    total = len(cases) * repeats
+    for round_index in range(repeats):
+        busy = round_busy(idle_check, round_index, options)
+        for index, case in enumerate(cases, start=1):
+            done = _find(rows, case.key())
+            progress = f"[{round_index * len(cases) + index}/{total}]"
+            if done is not None and done.status == "ok" and measured(done) > round_index:
+                if leader and round_index == 0:
+                    log(f"{progress} {case.label()}: ok in {json_out}, kept")
+                continue
+            start = time.perf_counter()
+            row = _measure_once(case, options, processes, index, round_index, busy)
+            row = merge_step(done, row)
+            _put(rows, row)
+            if processes > 1:  # a run cut short by a dead process must not read as complete
+                partial = multihost.PARTIAL_NOTE.format(done=index, total=len(cases))
+                record["note"] = None if index == len(cases) else partial
+            if json_out and leader:  # on disk before anything else can go wrong
+                write_run(json_out, record)
             if leader:
-                log(f"[{index}/{len(cases)}] {case.label()}: ok in {json_out}, kept")
-            continue
-        row = run_case_isolated(case, options) if options.isolate else run_case(case, options)
-        if processes > 1:
-            row = multihost.gather_row(row, f"row/{index}")
-        _put(rows, row)
-        if processes > 1:  # a run cut short by a dead process must not read as complete
-            partial = multihost.PARTIAL_NOTE.format(done=index, total=len(cases))
-            record["note"] = None if index == len(cases) else partial
-        if json_out and leader:  # on disk before anything else can go wrong
-            write_run(json_out, record)
-        if leader:
-            log(progress_line(index, len(cases), row, time.perf_counter() - start))
+                log(progress_line(progress, row, time.perf_counter() - start, round_index))
     return BenchmarkRun.model_validate(record)
+
+
+def measured(row: StepRow) -> int:
+    """How many repeats a row holds (a row of schema 1 holds one, summarized)."""
+    return len(row.repeats) if row.repeats else 1
+
+
+def round_busy(idle_check: str, round_index: int, options: Options) -> str | None:
+    """Before every round after the first: a short idle reading; why the host is busy, or
+    None. The rows of that round carry it as a warning."""
+    if round_index == 0 or idle_check == "off" or options.compile_only:
+        return None
+    from dew.bench import idle
+
+    check = idle.sample("warn", window_s=1.0)
+    return None if check.idle else "; ".join(check.reasons) or "busy"
+
+
+def _measure_once(
+    case: Case, options: Options, processes: int, index: int, round_index: int, busy: str | None
+) -> StepRow:
+    from dew.bench import multihost
+    from dew.bench.case_run import run_case
+    from dew.bench.isolation import run_case_isolated
+
+    row = run_case_isolated(case, options) if options.isolate else run_case(case, options)
+    if processes > 1:
+        row = multihost.gather_row(row, f"row/{round_index}/{index}")
+    if busy and row.repeats:
+        marked = [repeat.model_copy(update={"host_busy": busy}) for repeat in row.repeats]
+        row = row.model_copy(update={"repeats": marked})
+    return row
+
+
+def _find(rows: list[StepRow], key: tuple) -> StepRow | None:
+    return next((row for row in rows if row.key() == key), None)
 
 
 def _put(rows: list[StepRow], row: StepRow) -> None:

@@ -54,6 +54,8 @@ def options_from(args: Args) -> tuple[Options, tuple[presets.Case, ...]]:
     """The run's Options and cases; what tyro cannot check raises UsageError."""
     if args.steps < 1:
         raise cli.UsageError(f"--steps must be at least 1 (got {args.steps})")
+    if args.repeats < 1:
+        raise cli.UsageError(f"--repeats must be at least 1 (got {args.repeats})")
     if args.warmup < 0:
         raise cli.UsageError(f"--warmup must be at least 0 (got {args.warmup})")
     if args.resume and not args.json_out:

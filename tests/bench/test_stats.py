@@ -1,0 +1,84 @@
+"""The statistics behind intervals and verdicts (dew.bench.stats), fed with samples drawn
+from known distributions: a verdict must find a real difference, call two draws of one
+distribution `same` or `undecided`, and never `faster`/`slower` without enough evidence."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dew.bench import stats
+
+
+def _groups(rng, centre: float, repeats: int, steps: int, spread: float = 0.02):
+    """`repeats` processes of `steps` step times around `centre` (1% process jitter)."""
+    out = []
+    for _ in range(repeats):
+        level = centre * (1 + rng.normal(0, 0.01))
+        out.append(level * (1 + rng.normal(0, spread, steps)))
+    return out
+
+
+def test_holm_matches_the_step_down_definition():
+    adjusted = stats.holm([0.01, 0.04, 0.03, None, 0.005])
+    # sorted: 0.005*4=0.02, 0.01*3=0.03, 0.03*2=0.06, 0.04*1 -> max(0.06, 0.04)=0.06
+    assert adjusted == pytest.approx([0.03, 0.06, 0.06, None, 0.02], nan_ok=True)
+
+
+def test_the_interval_covers_the_figure_and_narrows_with_more_samples():
+    rng = np.random.default_rng(1)
+    few = _groups(rng, 10.0, 3, 10)
+    many = _groups(rng, 10.0, 9, 200)
+    for groups in (few, many):
+        low, high = stats.interval(groups)
+        assert low <= stats.figure(groups) <= high
+    assert np.subtract(*stats.interval(many)[::-1]) < np.subtract(*stats.interval(few)[::-1])
+
+
+def test_a_real_difference_is_slower_and_the_same_distribution_is_not():
+    rng = np.random.default_rng(2)
+    base = _groups(rng, 10.0, 5, 20)
+    twice = _groups(rng, 19.0, 5, 20)
+    again = _groups(rng, 10.0, 5, 20)
+    slower = stats.compare_rows(twice, base)
+    same = stats.compare_rows(again, base)
+    p = stats.holm([slower.p_value, same.p_value])
+    assert stats.verdict(slower, p[0], band=0.05, alpha=0.05) == ("slower", None)
+    assert stats.verdict(same, p[1], band=0.05, alpha=0.05)[0] in ("same", "undecided")
+    assert slower.low > 1.8 and slower.high < 2.0
+
+
+def test_too_few_repeats_is_undecided_whatever_the_ratio():
+    rng = np.random.default_rng(3)
+    comparison = stats.compare_rows(_groups(rng, 20.0, 1, 50), _groups(rng, 10.0, 1, 50))
+    verdict, why = stats.verdict(comparison, 1e-9, band=0.05, alpha=0.05)
+    assert verdict == "undecided" and "too few repeats" in why
+
+
+def test_beyond_the_band_but_not_significant_is_undecided():
+    comparison = stats.Comparison(ratio=1.2, low=1.1, high=1.3, p_value=0.2, repeats=(5, 5))
+    verdict, why = stats.verdict(comparison, 0.2, band=0.05, alpha=0.05)
+    assert verdict == "undecided" and "not significant" in why
+
+
+def test_a_reference_without_samples_gets_a_band_verdict():
+    comparison = stats.Comparison(ratio=0.9, low=None, high=None, p_value=None, repeats=(5, 0))
+    assert stats.verdict(comparison, None, band=0.05, alpha=0.05) == ("faster", None)
+
+
+def test_noise_warnings_name_the_spread_and_a_disagreeing_repeat():
+    rng = np.random.default_rng(4)
+    noisy = [list(10 * (1 + rng.normal(0, 0.3, 50))) for _ in range(3)]
+    warnings = stats.noise_warnings([10.0, 10.2, 14.0], noisy)
+    assert any("wide spread" in w for w in warnings)
+    assert any(w.startswith("repeat 3 reads 14") for w in warnings)
+    assert stats.noise_warnings([10.0], [[10.0, 10.1, 9.9]]) == []
+    assert any("too few" in w for w in stats.noise_warnings([10.0, 10.0], [[10.0], [10.0]]))
+
+
+def test_paired_rounds_find_a_constant_overhead():
+    rng = np.random.default_rng(5)
+    bare = 10 * (1 + rng.normal(0, 0.05, 31))
+    tool = bare * 1.03 * (1 + rng.normal(0, 0.002, 31))
+    result = stats.paired(tool, bare)
+    assert result.low < 1.03 < result.high and result.p_value < 1e-6
