@@ -178,7 +178,8 @@ def test_exported_json_schema_is_current(tmp_path):
     assert schema.main(["--export", str(tmp_path)]) == 0
     for name in schema.SCHEMA_FILES:
         assert (tmp_path / name).read_text() == (exported / name).read_text()
-        assert json.loads((tmp_path / name).read_text())["x-schema-version"] == schema.SCHEMA_VERSION
+        version = json.loads((tmp_path / name).read_text())["x-schema-version"]
+        assert version == schema.SCHEMA_VERSION
 
 
 def test_validate_cli_reports_paths_and_exit_status(tmp_path, capsys):
