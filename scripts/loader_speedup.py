@@ -10,20 +10,20 @@ same work get here, before any loader overhead.
 
 A round's ratio divides by that round's plain loop: on a shared machine the speed of the
 CPU moves between minutes (on the 2-core machine the plain loop alone measured 500 to 900
-samples/s), so a ratio of figures taken far apart says little. Prints every round and the
-median ratio per worker count.
+samples/s), so a ratio of figures taken far apart says little. Prints every round and, per
+worker count, the median of the rounds' ratios with its 95% interval and the Wilcoxon
+signed-rank p against no difference (dew.bench.stats.paired).
 """
 
 import dataclasses
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from dew.bench import cli
+from dew.bench import cli, stats
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -105,12 +105,15 @@ def dataset_of(path: str) -> str:
 
 
 def rounds(args: Args, dataset: str) -> int:
-    ratios: dict[int | str, list[float]] = {w: [] for w in args.workers}
-    ratios["two plain loops"] = []
+    # samples/s per round: the plain loop, each worker count, and two plain loops at once
+    figures: dict[int | str, list[float]] = {w: [] for w in args.workers}
+    figures["two plain loops"] = []
+    plain_figures = []
     with tempfile.TemporaryDirectory() as tmp:
         out, other = Path(tmp) / "figures.json", Path(tmp) / "other.json"
         for round_ in range(1, args.rounds + 1):
             plain = run_plain(args, out)
+            plain_figures.append(plain["samples_per_s"])
             print(
                 f"round {round_}: plain loop {plain['samples_per_s']:7.1f} samples/s "
                 f"p50 {plain['p50_ms']:6.2f} ms p95 {plain['p95_ms']:6.2f} ms",
@@ -118,28 +121,34 @@ def rounds(args: Args, dataset: str) -> int:
             )
             for workers in args.workers:
                 row = run_loader(args, workers, out, dataset)
-                ratio = row["samples_per_s"] / plain["samples_per_s"]
-                ratios[workers].append(ratio)
+                figures[workers].append(row["samples_per_s"])
                 print(
                     f"         workers {workers}  {row['samples_per_s']:7.1f} samples/s "
                     f"p50 {row['p50_ms']:6.2f} ms p95 {row['p95_ms']:6.2f} ms "
-                    f"first batch {row['first_batch_s']:.2f} s  {ratio:.2f}x the plain loop",
+                    f"first batch {row['first_batch_s']:.2f} s  "
+                    f"{row['samples_per_s'] / plain['samples_per_s']:.2f}x the plain loop",
                     flush=True,
                 )
             both = run_two_plain(args, (out, other))
-            ratios["two plain loops"].append(both / plain["samples_per_s"])
+            figures["two plain loops"].append(both)
             print(
                 f"         two plain loops at once {both:7.1f} samples/s in all  "
                 f"{both / plain['samples_per_s']:.2f}x the plain loop",
                 flush=True,
             )
-    for workers, values in ratios.items():
+    for workers, values in figures.items():
         name = workers if isinstance(workers, str) else f"workers {workers}"
-        print(
-            f"{name}: median {statistics.median(values):.2f}x the plain loop "
-            f"(rounds: {', '.join(f'{v:.2f}' for v in values)})"
-        )
+        print(f"{name}: {verdict(stats.paired(values, plain_figures))}")
     return 0
+
+
+def verdict(result: stats.Paired) -> str:
+    """The median ratio to the plain loop, its 95% interval and the signed-rank p."""
+    p_value = "n/a" if result.p_value is None else f"{result.p_value:.3g}"
+    return (
+        f"median {result.median:.2f}x the plain loop [{result.low:.2f}, {result.high:.2f}] "
+        f"(95%, {result.rounds} rounds, Wilcoxon p {p_value})"
+    )
 
 
 if __name__ == "__main__":

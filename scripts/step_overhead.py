@@ -5,9 +5,10 @@ and batch: the tool's measurement (dew.bench.case_run.measure: the Trainer's `st
 dispatch window, one block at the end) and the tightest loop that can be written
 (`compiled(state, batch)` back to back, one block at the end). They alternate for a
 number of rounds so that a slow spell of the host hits both. The verdict is the median
-of the rounds' own ratios (tool / bare of the same round): a round's two windows are
-seconds apart, so a slow minute of a shared host moves both, where the fastest or the
-median of each side alone can come from different minutes. Those are printed beside it.
+of the rounds' own ratios (tool / bare of the same round), with its 95% interval and the
+Wilcoxon signed-rank p (dew.bench.stats.paired): a round's two windows are seconds apart,
+so a slow minute of a shared host moves both, where the fastest or the median of each
+side alone can come from different minutes.
 
     JAX_PLATFORMS=cpu python scripts/step_overhead.py [--architecture simple_dit]
         [--preset cpu-smoke] [--batch 8] [--steps 200] [--rounds 31] [--limit 0.02]
@@ -20,13 +21,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import statistics
 import sys
 import time
 from collections.abc import Sequence
 from typing import Literal
 
-from dew.bench import cli, presets
+import numpy as np
+
+from dew.bench import cli, presets, stats
 
 PROG = "step_overhead"
 
@@ -120,16 +122,16 @@ def overhead(args: Args) -> int:
             file=sys.stderr,
         )
 
-    paired = statistics.median(t / b for t, b in zip(tool, bare, strict=True)) - 1
-    print(f"tool ms/step  fastest {min(tool):.3f}  median {statistics.median(tool):.3f}")
-    print(f"bare ms/step  fastest {min(bare):.3f}  median {statistics.median(bare):.3f}")
-    fastest = min(tool) / min(bare) - 1
-    medians = statistics.median(tool) / statistics.median(bare) - 1
+    result = stats.paired(tool, bare)
+    for name, side in (("tool", tool), ("bare", bare)):
+        print(f"{name} ms/step  fastest {min(side):.3f}  median {float(np.median(side)):.3f}")
+    p_value = "n/a" if result.p_value is None else f"{result.p_value:.3g}"
     print(
-        f"overhead      paired median {paired * 100:+.2f}% (limit {args.limit * 100:.0f}%); "
-        f"fastest vs fastest {fastest * 100:+.2f}%, median vs median {medians * 100:+.2f}%"
+        f"overhead      paired median {(result.median - 1) * 100:+.2f}% "
+        f"[{(result.low - 1) * 100:+.2f}%, {(result.high - 1) * 100:+.2f}%] (95%, "
+        f"{result.rounds} rounds, Wilcoxon p {p_value}); limit {args.limit * 100:.0f}%"
     )
-    return cli.EXIT_OK if paired <= args.limit else cli.EXIT_CHANGED
+    return cli.EXIT_OK if result.median - 1 <= args.limit else cli.EXIT_CHANGED
 
 
 if __name__ == "__main__":

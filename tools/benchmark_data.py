@@ -3,7 +3,9 @@
     python tools/benchmark_data.py data:oxford-flowers --batch 8 --data.image-size 64 \
         --steps 100 --warmup 5 --data.loading.workers 0 --data.path <prepared version dir>
 
-Options: benchmark_data.py --help (logic in dew.bench.data).
+--repeats N measures the one configuration in N fresh processes, one after another (the
+step tool's interleaved rounds, with a single case), and reports the median with its 95%
+interval. Options: benchmark_data.py --help (logic in dew.bench.data).
 """
 
 import sys

@@ -9,7 +9,15 @@ from pathlib import Path
 import pytest
 
 from dew.bench.data import keep_up_verdicts, main
-from dew.bench.schema import BenchmarkRun, DataRow, Environment, Settings, StepRow, read_run
+from dew.bench.schema import (
+    SCHEMA_VERSION,
+    BenchmarkRun,
+    DataRow,
+    Environment,
+    Settings,
+    StepRow,
+    read_run,
+)
 from dew.bench.schema import write_run as write_record
 from dew.data.sources import write_prepared
 from dew.data.synthetic import CLASS_NAMES, synthetic_record
@@ -97,6 +105,10 @@ def test_seed_syntax_writes_a_valid_record_and_the_verdict(prepared, tmp_path, c
     )
     assert row.samples_per_s > 0 and 0 < row.p50_ms <= row.p95_ms and row.first_batch_s > 0
     assert record.settings.loader["path"] == str(prepared)
+    # schema 2: the raw samples of the one in-process repeat, and its interval
+    assert record.schema_version == SCHEMA_VERSION and record.settings.repeats == 1
+    assert len(row.repeats) == 1 and len(row.repeats[0].intervals_ms) == 3
+    assert row.samples_per_s_ci95 is not None
 
     stdout = capsys.readouterr().out
     verdicts = keep_up_verdicts(row, against)

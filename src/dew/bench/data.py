@@ -5,7 +5,16 @@ Timing: the first batch is timed from the start (source checks, worker start-up 
 as first_batch_s; `warmup` batches (the first among them) are not otherwise timed; then
 `steps` batches are, each as the time since the previous one. samples/s is
 steps x batch / the window; p50 and p95 are of the per-batch times. With workers the p50 is
-often a queue read: the loader then shows in the p95.
+often a queue read: the loader then shows in the p95. Every row keeps its raw samples (the
+per-batch intervals, one `DataRepeat` per process) and its 95% interval (dew.bench.repeats).
+
+--repeats N measures the configuration in N fresh processes in a row (`python -m
+dew.bench.data --child`, a JSON job on stdin, the row on stdout after ROW_MARKER), each
+with its own worker start-up; the row's figures are then medians over the N with their
+interval and noise warnings. The step tool interleaves its cases round-robin; this tool
+measures one configuration per invocation, so its rounds are just the N processes one
+after another. With N = 1 it measures in this process, as before. There is no idle-host
+check here, so no repeat is marked `host_busy`.
 
 A record that cannot be read or decoded stops the run with its index (exit status 2, one
 line on stderr), rather than being skipped: a figure over silently dropped records would
@@ -25,6 +34,8 @@ import json
 import os
 import re
 import shlex
+import signal
+import subprocess
 import sys
 import time
 from datetime import UTC, datetime
@@ -38,11 +49,24 @@ import tyro
 from dew.bench import cli
 from dew.bench.cli import UsageError
 from dew.bench.files import check_input_file, check_output_file
-from dew.bench.schema import BenchmarkRun, DataRow, Settings, StepRow, read_run, write_run
+from dew.bench.repeats import DIGITS, summarize_data
+from dew.bench.schema import (
+    SCHEMA_VERSION,
+    BenchmarkRun,
+    DataRepeat,
+    DataRow,
+    Settings,
+    StepRow,
+    read_run,
+    write_run,
+)
 from dew.data.pipeline import make_source, open_batches
 from dew.data.spec import DATASETS, DatasetSpec, OxfordFlowers, SyntheticImages
 
 PROG = "benchmark_data"
+ROW_MARKER = "DEW_DATA_ROW "  # prefix of the line a child prints its row on
+NOTICE_MARKER = "DEW_DATA_NOTICE "  # ... a notice (a capped worker count) on
+ERROR_MARKER = "DEW_DATA_ERROR "  # ... and bad input (an unreadable record) on, as JSON
 
 
 def _notice(line: str) -> None:
@@ -52,7 +76,8 @@ def _notice(line: str) -> None:
 def measure_loader(
     spec: DatasetSpec, batch: int, steps: int, warmup: int, *, notify=_notice
 ) -> DataRow:
-    """One DataRow for `spec` (its Loading capped to this machine, with a notice)."""
+    """One DataRow for `spec` (its Loading capped to this machine, with a notice), holding
+    its per-batch intervals as one repeat."""
     if batch < 1 or steps < 1 or warmup < 0:
         raise ValueError(
             f"need batch >= 1, steps >= 1, warmup >= 0; got batch={batch} steps={steps} "
@@ -77,7 +102,8 @@ def measure_loader(
             now = time.perf_counter()
             intervals[i] = now - last
             last = now
-    return DataRow(
+    samples_per_s = steps * batch / float(intervals.sum())
+    row = DataRow(
         status="ok",
         dataset=spec.name,
         batch=batch,
@@ -86,11 +112,101 @@ def measure_loader(
         threads=loading.threads,
         steps=steps,
         warmup=warmup,
-        samples_per_s=steps * batch / float(intervals.sum()),
+        samples_per_s=samples_per_s,
         p50_ms=float(np.percentile(intervals, 50) * 1e3),
         p95_ms=float(np.percentile(intervals, 95) * 1e3),
         first_batch_s=first_batch_s,
     )
+    repeat = DataRepeat(
+        samples_per_s=samples_per_s,
+        intervals_ms=[round(float(value) * 1e3, DIGITS) for value in intervals],
+        first_batch_s=first_batch_s,
+    )
+    return summarize_data(row, [repeat])
+
+
+# --- repeats: each a fresh process -------------------------------------------------------------
+
+
+class RepeatFailed(Exception):
+    """A repeat's process died (not bad input): one line, exit 1."""
+
+
+def measure_repeats(args: Args, *, notify=_notice) -> DataRow:
+    """The configuration's row over `args.repeats` processes (this one when 1)."""
+    if args.repeats == 1:
+        return measure_loader(args.data, args.batch, args.steps, args.warmup, notify=notify)
+    rows = []
+    for index in range(1, args.repeats + 1):
+        # The notices (capped workers) are the same in every process: shown once.
+        try:
+            row = measure_in_child(args, notify=notify if index == 1 else lambda line: None)
+        except RepeatFailed as error:
+            raise RepeatFailed(f"repeat {index} of {args.repeats}: {error}") from None
+        notify(
+            f"repeat {index}/{args.repeats}: {row.samples_per_s:.1f} samples/s, "
+            f"first batch {row.first_batch_s:.2f} s"
+        )
+        rows.append(row)
+    return summarize_data(rows[0], [repeat for row in rows for repeat in row.repeats or []])
+
+
+def measure_in_child(args: Args, *, notify=_notice) -> DataRow:
+    """One repeat in a fresh process; its bad input raises UsageError, a crash RepeatFailed."""
+    job = {
+        "dataset": args.data.name,
+        "spec": args.data.model_dump(mode="json"),
+        "batch": args.batch,
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "parent_pid": os.getpid(),
+    }
+    process = subprocess.run(
+        [sys.executable, "-m", "dew.bench.data", "--child"],
+        input=json.dumps(job),
+        capture_output=True,
+        text=True,
+    )
+    for line in process.stdout.splitlines():
+        if line.startswith(NOTICE_MARKER):
+            notify(line[len(NOTICE_MARKER) :])
+        elif line.startswith(ERROR_MARKER):
+            raise UsageError(json.loads(line[len(ERROR_MARKER) :]))
+        elif line.startswith(ROW_MARKER):
+            return DataRow.model_validate_json(line[len(ROW_MARKER) :])
+    if process.returncode < 0:
+        error = f"the loader's process died of {signal.Signals(-process.returncode).name}"
+    else:
+        error = f"the loader's process exited {process.returncode}"
+    last = [line for line in process.stderr.splitlines() if line.strip()]
+    raise RepeatFailed(error + (f": {last[-1].strip()[:300]}" if last else ""))
+
+
+def child_main() -> int:
+    """Entry of a repeat's process: a job on stdin, its row on stdout after ROW_MARKER."""
+    from dew.bench.isolation import die_with_parent
+
+    job = json.loads(sys.stdin.read())
+    die_with_parent(job["parent_pid"])
+
+    def emit(marker: str, text: str) -> None:
+        sys.stdout.write("\n" + marker + text + "\n")  # own line, whatever a worker printed
+        sys.stdout.flush()
+
+    spec = DATASETS[job["dataset"]].model_validate(job["spec"])
+    try:
+        row = measure_loader(
+            spec,
+            job["batch"],
+            job["steps"],
+            job["warmup"],
+            notify=lambda line: emit(NOTICE_MARKER, line),
+        )
+    except ValueError as error:  # DataError included: the parent's one line
+        emit(ERROR_MARKER, json.dumps(str(error)))
+        return cli.EXIT_USAGE
+    emit(ROW_MARKER, row.model_dump_json())
+    return cli.EXIT_OK
 
 
 def _spatial(sample: str | None) -> tuple[int, int] | None:
@@ -155,6 +271,9 @@ class Args:
     """replace an existing --json-out (else it is refused: a record is never lost)."""
     against: Path | None = None
     """a step-benchmark results file: print per architecture whether the loader keeps up."""
+    repeats: int = 1
+    """fresh processes measuring this configuration, one after another; the row is the
+    median over them with its 95% interval (1: this process, no child)."""
 
 
 def parse_args(argv: list[str]) -> Args:
@@ -171,6 +290,7 @@ def parse_args(argv: list[str]) -> Args:
         ("batch", args.batch, 1),
         ("steps", args.steps, 1),
         ("warmup", args.warmup, 0),
+        ("repeats", args.repeats, 1),
     ):
         if value < least:
             raise UsageError(f"{cli.flag(name)} must be at least {least} (got {value})")
@@ -232,14 +352,15 @@ def run(args: Args, argv: list[str]) -> int:
     step_run = check_outputs_and_inputs(args)
     load = _load_average()
     try:
-        row = measure_loader(args.data, args.batch, args.steps, args.warmup)
+        row = measure_repeats(args)
     except ValueError as error:  # DataError included: one line naming the file or record
         raise UsageError(str(error)) from None
-    print(
-        f"{row.dataset} batch {row.batch} at {row.image_size} px, workers {row.workers}, "
-        f"threads {row.threads}: {row.samples_per_s:.1f} samples/s, p50 {row.p50_ms:.2f} ms, "
-        f"p95 {row.p95_ms:.2f} ms, first batch {row.first_batch_s:.2f} s ({load})"
-    )
+    except RepeatFailed as error:
+        cli.say(PROG, str(error))
+        return cli.EXIT_CHANGED
+    print(result_line(row, load))
+    for warning in row.warnings:
+        print(f"  warning: {warning}")
     if args.json_out is not None:
         write_record(args, argv, row, load)
     if step_run is not None:
@@ -249,15 +370,29 @@ def run(args: Args, argv: list[str]) -> int:
     return cli.EXIT_OK
 
 
+def result_line(row: DataRow, load: str) -> str:
+    """The row in one line; its 95% interval and the number of repeats when more than one."""
+    speed = f"{row.samples_per_s:.1f} samples/s"
+    if row.repeats and len(row.repeats) > 1 and row.samples_per_s_ci95:
+        low, high = row.samples_per_s_ci95
+        speed += f" [{low:.1f}, {high:.1f}] (median of {len(row.repeats)} repeats)"
+    return (
+        f"{row.dataset} batch {row.batch} at {row.image_size} px, workers {row.workers}, "
+        f"threads {row.threads}: {speed}, p50 {row.p50_ms:.2f} ms, p95 {row.p95_ms:.2f} ms, "
+        f"first batch {row.first_batch_s:.2f} s ({load})"
+    )
+
+
 def write_record(args: Args, argv: list[str], row: DataRow, load: str) -> None:
     from dew.bench.environment import capture
 
     record = BenchmarkRun(
-        schema_version=1,
+        schema_version=SCHEMA_VERSION,
         kind="data",
         created=datetime.now(UTC),
         command=shlex.join(["tools/benchmark_data.py", *argv]),
         settings=Settings(
+            repeats=args.repeats,
             steps=args.steps,
             warmup=args.warmup,
             loader=args.data.model_dump(mode="json") | {"name": args.data.name},
@@ -277,3 +412,7 @@ def write_record(args: Args, argv: list[str], row: DataRow, load: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     return cli.run(PROG, lambda: run(parse_args(argv), argv))
+
+
+if __name__ == "__main__":  # `--child`: one repeat's process (measure_in_child)
+    sys.exit(child_main() if sys.argv[1:] == ["--child"] else main())

@@ -1,0 +1,131 @@
+"""tools/benchmark_data.py keeps its raw samples and measures --repeats N in N processes:
+every row holds its per-batch intervals and a 95% interval (schema 2); --repeats 2 runs
+two child processes and the row is their median; a bad --repeats, bad input found in a
+child and a child that dies are each one line."""
+
+import subprocess
+
+import pytest
+
+from dew.bench import data
+from dew.bench.data import main, measure_loader
+from dew.bench.schema import SCHEMA_VERSION, BenchmarkRun, DataRow, read_run
+from dew.data.spec import SyntheticImages
+
+# One worker-less, thread-less configuration of a tiny in-memory or prepared set: each child
+# process costs its imports (~3 s), not the loading.
+FAST = ["--data.loading.workers", "0", "--data.loading.threads", "0"]
+TINY = ["--batch", "2", "--steps", "4", "--warmup", "1", *FAST]
+REAL_RUN = subprocess.run  # the record's environment capture runs git: only a child is faked
+
+
+def is_child(command) -> bool:
+    return list(command[-3:]) == ["-m", "dew.bench.data", "--child"]
+
+
+@pytest.fixture(scope="module")
+def prepared_synthetic(tmp_path_factory):
+    from dew.data.synthetic import prepare_synthetic
+
+    return prepare_synthetic(8, tmp_path_factory.mktemp("synthetic") / "set", sides=(64, 96))
+
+
+def one_error_line(capsys) -> str:
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("benchmark_data: error: "), lines[0]
+    return lines[0].removeprefix("benchmark_data: error: ")
+
+
+def test_a_row_keeps_its_per_batch_intervals():
+    spec = SyntheticImages(num_records=8, loading={"workers": 0, "threads": 0})
+    row = measure_loader(spec, batch=2, steps=5, warmup=1, notify=lambda line: None)
+    assert len(row.repeats) == 1
+    (repeat,) = row.repeats
+    assert len(repeat.intervals_ms) == 5 and all(value >= 0 for value in repeat.intervals_ms)
+    assert repeat.first_batch_s == row.first_batch_s > 0
+    low, high = row.samples_per_s_ci95
+    assert low <= row.samples_per_s * (1 + 1e-3) and row.samples_per_s <= high * (1 + 1e-3)
+    assert row.samples_per_s == pytest.approx(repeat.samples_per_s, rel=1e-3)
+    assert DataRow.model_validate_json(row.model_dump_json()) == row
+
+
+def test_one_repeat_runs_in_this_process_and_writes_schema_2(tmp_path, monkeypatch, capsys):
+    def no_child(command, *args, **kwargs):
+        assert not is_child(command), "--repeats 1 must not start a process"
+        return REAL_RUN(command, *args, **kwargs)
+
+    monkeypatch.setattr(data.subprocess, "run", no_child)
+    out = tmp_path / "data.json"
+    argv = ["data:synthetic-images", "--data.num-records", "8", *TINY, "--json-out", str(out)]
+    assert main(argv) == 0
+    record = read_run(out)
+    assert record.schema_version == SCHEMA_VERSION == 2
+    assert record.settings.repeats == 1
+    (row,) = record.rows
+    assert len(row.repeats) == 1 and len(row.repeats[0].intervals_ms) == 4
+    assert row.samples_per_s_ci95 is not None
+    assert "median of" not in capsys.readouterr().out  # one repeat: no interval printed
+
+
+def test_two_repeats_are_two_processes(prepared_synthetic, tmp_path, monkeypatch, capsys):
+    children = []
+
+    def counting_run(command, *args, **kwargs):
+        if is_child(command):
+            children.append(command)
+        return REAL_RUN(command, *args, **kwargs)
+
+    monkeypatch.setattr(data.subprocess, "run", counting_run)
+    out = tmp_path / "data.json"
+    argv = ["data:synthetic-images", "--data.path", str(prepared_synthetic), *TINY]
+    assert main(argv + ["--repeats", "2", "--json-out", str(out)]) == 0
+
+    assert len(children) == 2
+    record = BenchmarkRun.model_validate_json(out.read_text())  # validates as schema 2
+    assert record.schema_version == SCHEMA_VERSION and record.settings.repeats == 2
+    (row,) = record.rows
+    assert len(row.repeats) == 2
+    assert all(r.first_batch_s > 0 and len(r.intervals_ms) == 4 for r in row.repeats)
+    assert row.samples_per_s_ci95 is not None
+    assert "2 repeats: too few for a verdict (3 or more)" in row.warnings
+    captured = capsys.readouterr()
+    low, high = row.samples_per_s_ci95
+    assert f"[{low:.1f}, {high:.1f}] (median of 2 repeats)" in captured.out
+    assert "  warning: 2 repeats: too few for a verdict" in captured.out
+    assert "repeat 1/2: " in captured.err and "repeat 2/2: " in captured.err
+
+
+@pytest.mark.parametrize("value", ["0", "-1"])
+def test_repeats_below_one_is_one_line(tmp_path, capsys, value):
+    out = tmp_path / "data.json"
+    argv = ["data:synthetic-images", *TINY, "--repeats", value, "--json-out", str(out)]
+    assert main(argv) == 2
+    assert one_error_line(capsys) == f"--repeats must be at least 1 (got {value})"
+    assert not out.exists()
+
+
+def test_bad_input_found_in_a_child_is_one_line(prepared_synthetic, tmp_path, capsys):
+    # The set's name is checked when the source opens, in the child: still exit 2, one line.
+    out = tmp_path / "data.json"
+    argv = ["data:oxford-flowers", "--data.path", str(prepared_synthetic), *TINY]
+    assert main(argv + ["--repeats", "2", "--json-out", str(out)]) == 2
+    assert one_error_line(capsys).startswith(
+        f"--data.path {prepared_synthetic} holds the prepared dataset 'synthetic_images'"
+    )
+    assert not out.exists()
+
+
+def test_a_child_that_dies_is_one_line_and_exit_1(tmp_path, monkeypatch, capsys):
+    def killed(command, *args, **kwargs):
+        if not is_child(command):
+            return REAL_RUN(command, *args, **kwargs)
+        return subprocess.CompletedProcess(command, -9, stdout="", stderr="loading\nKilled\n")
+
+    monkeypatch.setattr(data.subprocess, "run", killed)
+    out = tmp_path / "data.json"
+    argv = ["data:synthetic-images", *TINY, "--repeats", "2", "--json-out", str(out)]
+    assert main(argv) == 1
+    assert one_error_line(capsys) == "repeat 1 of 2: the loader's process died of SIGKILL: Killed"
+    assert not out.exists()
