@@ -30,6 +30,7 @@ from dew.bench.schema import (
     Environment,
     Host,
     ProcessInfo,
+    Scheduler,
     is_recordable_env_flag,
 )
 
@@ -122,10 +123,23 @@ def capture(
             env_flags=env_flags(environ),
             jax_config=_jax_config(),
             processes=processes,
+            scheduler=_scheduler(environ),
         )
     finally:
         if nvml:
             nvml.close()
+
+
+def _scheduler(environ: Mapping[str, str]) -> Scheduler | None:
+    """The SLURM job this process runs in (its id names the run in the scheduler's logs)."""
+    if not environ.get("SLURM_JOB_ID"):
+        return None
+    return Scheduler(
+        name="slurm",
+        job_id=environ["SLURM_JOB_ID"],
+        step_id=environ.get("SLURM_STEP_ID"),
+        nodelist=environ.get("SLURM_STEP_NODELIST") or environ.get("SLURM_JOB_NODELIST"),
+    )
 
 
 def env_flags(environ: Mapping[str, str]) -> dict[str, str]:

@@ -117,6 +117,15 @@ class ProcessInfo(Record):
     local_device_count: NonNegInt | None = None
 
 
+class Scheduler(Record):
+    """The batch scheduler a multi-process run was started by."""
+
+    name: Literal["slurm"]
+    job_id: str
+    step_id: str | None = None
+    nodelist: str | None = None
+
+
 class Environment(Record):
     host: Host | None
     devices: Devices | None
@@ -136,6 +145,7 @@ class Environment(Record):
         description="JAX config values that change numerics or memory"
     )
     processes: list[ProcessInfo] | None = None
+    scheduler: Scheduler | None = None
 
     @pydantic.field_validator("env_flags")
     @classmethod
