@@ -28,6 +28,9 @@ from dew.models.layers.patches import PatchEmbed, unpatchify
 from dew.models.layers.ssm import BidirectionalS5
 from dew.models.registry import register
 
+SMOKE_GEOMETRY = {"image_size": 16, "width": 64, "heads": 2, "mlp_ratio": 2}
+"""The DiT family's cpu-smoke size; each config's cpu-smoke preset adds its depth."""
+
 
 class DiTConfig(ModelConfig):
     objective: ClassVar[str] = "edm"
@@ -43,7 +46,7 @@ class DiTConfig(ModelConfig):
 
     presets: ClassVar = {
         "small": {},
-        "cpu-smoke": {"image_size": 16, "width": 64, "depth": 2, "heads": 2, "mlp_ratio": 2},
+        "cpu-smoke": {**SMOKE_GEOMETRY, "depth": 2},
     }
 
     @pydantic.model_validator(mode="after")
@@ -59,7 +62,7 @@ class SimpleUDiTConfig(DiTConfig):
     depth: PositiveInt = 7
     presets: ClassVar = {
         "small": {},
-        "cpu-smoke": {"image_size": 16, "width": 64, "depth": 3, "heads": 2, "mlp_ratio": 2},
+        "cpu-smoke": {**SMOKE_GEOMETRY, "depth": 3},
     }
 
 
@@ -70,10 +73,8 @@ class HybridDiTConfig(DiTConfig):
     ssm_state: PositiveInt = 64
     presets: ClassVar = {
         "small": {},
-        "cpu-smoke": {
-            "image_size": 16, "width": 64, "depth": 4, "heads": 2, "mlp_ratio": 2, "ssm_state": 16,
-        },
-    }  # fmt: skip
+        "cpu-smoke": {**SMOKE_GEOMETRY, "depth": 4, "ssm_state": 16},
+    }
 
 
 class DiTBlock(nnx.Module):
@@ -105,9 +106,10 @@ class DiTBlock(nnx.Module):
         return x + gate2[:, None] * h
 
 
-class DiTBase(nnx.Module):
-    """Patch embedding, conditioning and head shared by the family; subclasses build the
-    blocks (`self.blocks`, run in order unless they override `run_blocks`)."""
+class DiTStem(nnx.Module):
+    """What every DiT-geometry model builds first (the DiT family, video_dit, simple_mmdit):
+    the patch embedding with its fixed sin-cos positions, and `c` = time embedding + pooled
+    caption."""
 
     def __init__(self, config: DiTConfig, *, rngs: nnx.Rngs):
         self.config = config
@@ -117,6 +119,24 @@ class DiTBase(nnx.Module):
         self.positions = Constant(sincos_2d(grid, grid, d))
         self.time_embed = TimeEmbedding(d, dtype=dtype, rngs=rngs)
         self.text_pool = TextPool(config.text_width, d, dtype=dtype, rngs=rngs)
+
+    def embed_patches(self, x: jax.Array) -> jax.Array:
+        """Images [N, H, W, C] -> tokens [N, (H/p)(W/p), d] in the compute dtype."""
+        dtype = jnp.dtype(self.config.dtype)
+        return self.patch_embed(x.astype(dtype)) + self.positions(dtype)[None]
+
+    def condition(self, t: jax.Array, text: jax.Array, text_mask: jax.Array) -> jax.Array:
+        """c [B, d]: the time embedding plus the masked mean of the projected caption."""
+        return self.time_embed(t) + self.text_pool(text, text_mask)
+
+
+class DiTBase(DiTStem):
+    """The stem and head (affine LN, zero-init Dense) shared by the family; subclasses build
+    the blocks (`self.blocks`, run in order unless they override `run_blocks`)."""
+
+    def __init__(self, config: DiTConfig, *, rngs: nnx.Rngs):
+        super().__init__(config, rngs=rngs)
+        d, dtype = config.width, config.dtype
         self.head_norm = LayerNorm(d, rngs=rngs)
         self.head = nnx.Linear(
             d, config.patch**2 * config.channels, kernel_init=nnx.initializers.zeros_init(),
@@ -130,10 +150,9 @@ class DiTBase(nnx.Module):
 
     def __call__(self, x, t, text, text_mask):
         config = self.config
-        dtype = jnp.dtype(config.dtype)
         height, width = x.shape[1:3]
-        tokens = self.patch_embed(x.astype(dtype)) + self.positions(dtype)[None]
-        c = self.time_embed(t) + self.text_pool(text, text_mask)
+        tokens = self.embed_patches(x)
+        c = self.condition(t, text, text_mask)
         num_tokens = tokens.shape[1]
         rope_angles = rope_frequencies(
             jnp.arange(num_tokens), config.width // config.heads, config.rope_theta

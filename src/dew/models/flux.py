@@ -26,7 +26,7 @@ from dew.models.layers.attention import (
 )
 from dew.models.layers.conditioning import TimestepMlp
 from dew.models.layers.embeddings import sinusoidal
-from dew.models.layers.joint import JointBlock
+from dew.models.layers.joint import joint_blocks
 from dew.models.layers.mlp import gelu_tanh
 from dew.models.layers.modulation import AdaLNModulation, ModulatedHead, modulate
 from dew.models.layers.norms import LayerNorm
@@ -134,25 +134,10 @@ class FluxTransformer(nnx.Module):
         self.guidance_embed = TimestepMlp(config.timestep_features, d, dtype=dtype, rngs=rngs)
         self.pooled_embed = TimestepMlp(config.pooled_dim, d, dtype=dtype, rngs=rngs)
         self.context_embed = nnx.Linear(config.joint_attention_dim, d, dtype=dtype, rngs=rngs)
-        self.double_blocks = nnx.List(
-            [
-                JointBlock(
-                    d,
-                    config.heads,
-                    d,
-                    mlp_ratio=config.mlp_ratio,
-                    activation=gelu_tanh,
-                    eps=1e-6,
-                    qk_norm=True,
-                    first="text",
-                    rope_interleaved=True,
-                    dtype=dtype,
-                    attention_impl=config.attention_impl,
-                    rngs=rngs,
-                )  # fmt: skip
-                for _ in range(config.double_blocks)
-            ]
-        )
+        self.double_blocks = joint_blocks(
+            config.double_blocks, d, config.heads, config, activation=gelu_tanh, eps=1e-6,
+            qk_norm=True, first="text", rope_interleaved=True, rngs=rngs,
+        )  # fmt: skip
         self.single_blocks = nnx.List(
             [SingleStreamBlock(config, rngs=rngs) for _ in range(config.single_blocks)]
         )

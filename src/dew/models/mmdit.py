@@ -18,11 +18,11 @@ from flax import nnx
 from pydantic import PositiveFloat, PositiveInt
 
 from dew.config import ModelConfig, check_divisible
-from dew.models.dit import DiTConfig
+from dew.models.dit import DiTConfig, DiTStem
 from dew.models.layers.attention import rope_frequencies
 from dew.models.layers.conditioning import TextPool, TimeEmbedding, TimestepMlp
 from dew.models.layers.embeddings import Constant, sincos_2d, sinusoidal
-from dew.models.layers.joint import JointBlock
+from dew.models.layers.joint import joint_blocks
 from dew.models.layers.mlp import gelu_tanh
 from dew.models.layers.modulation import ModulatedHead
 from dew.models.layers.norms import LayerNorm
@@ -40,47 +40,27 @@ class SimpleMMDiTConfig(DiTConfig):
 
 
 @register("simple_mmdit", SimpleMMDiTConfig)
-class SimpleMMDiT(nnx.Module):
-    """Patch embedding + sin-cos positions; c = time embedding + pooled caption (as
-    simple_dit's); caption tokens enter through Dense(768→d); dual-stream blocks; head."""
+class SimpleMMDiT(DiTStem):
+    """simple_dit's stem (patch embedding + sin-cos positions; c = time embedding + pooled
+    caption); caption tokens enter through Dense(768→d); dual-stream blocks; head."""
 
     def __init__(self, config: SimpleMMDiTConfig, *, rngs: nnx.Rngs):
-        self.config = config
+        super().__init__(config, rngs=rngs)
         d, dtype = config.width, config.dtype
-        grid = config.image_size // config.patch
-        self.patch_embed = PatchEmbed(config.patch, config.channels, d, dtype=dtype, rngs=rngs)
-        self.positions = Constant(sincos_2d(grid, grid, d))
-        self.time_embed = TimeEmbedding(d, dtype=dtype, rngs=rngs)
-        self.text_pool = TextPool(config.text_width, d, dtype=dtype, rngs=rngs)
         self.text_embed = nnx.Linear(config.text_width, d, dtype=dtype, rngs=rngs)
-        self.blocks = nnx.List(
-            [
-                JointBlock(
-                    d,
-                    config.heads,
-                    d,
-                    mlp_ratio=config.mlp_ratio,
-                    dtype=dtype,
-                    attention_impl=config.attention_impl,
-                    rngs=rngs,
-                )  # fmt: skip
-                for _ in range(config.depth)
-            ]
-        )
+        self.blocks = joint_blocks(config.depth, d, config.heads, config, rngs=rngs)
         self.head = ModulatedHead(d, d, config.patch**2 * config.channels, dtype=dtype, rngs=rngs)
 
     def __call__(self, x, t, text, text_mask=None):
-        config = self.config
         b, h, w, _ = x.shape
-        dtype = jnp.dtype(config.dtype)
-        image = self.patch_embed(x.astype(dtype)) + self.positions(dtype)[None]
+        image = self.embed_patches(x)
         mask = jnp.ones(text.shape[:2], bool) if text_mask is None else text_mask
-        c = self.time_embed(t) + self.text_pool(text, mask)
+        c = self.condition(t, text, mask)
         txt = self.text_embed(text)
         for block in self.blocks:
             # The last block's caption output is unused: XLA drops its o and MLP.
             image, txt = block(image, txt, c, text_mask=mask)
-        return unpatchify(self.head(image, c), h, w, config.patch)
+        return unpatchify(self.head(image, c), h, w, self.config.patch)
 
 
 # --------------------------------------------------------------------------------------
@@ -130,19 +110,8 @@ class HierarchicalStage(nnx.Module):
 
     def __init__(self, width: int, config: HierarchicalMMDiTConfig, *, rngs: nnx.Rngs):
         self.head_dim, self.rope_theta = config.head_dim, config.rope_theta
-        self.blocks = nnx.List(
-            [
-                JointBlock(
-                    width,
-                    width // config.head_dim,
-                    width,
-                    mlp_ratio=config.mlp_ratio,
-                    dtype=config.dtype,
-                    attention_impl=config.attention_impl,
-                    rngs=rngs,
-                )  # fmt: skip
-                for _ in range(config.blocks_per_stage)
-            ]
+        self.blocks = joint_blocks(
+            config.blocks_per_stage, width, width // config.head_dim, config, rngs=rngs
         )
 
     def __call__(self, image, txt, text_mask, c):
@@ -327,24 +296,10 @@ class SD3Transformer(nnx.Module):
         self.time_embed = TimestepMlp(config.timestep_features, d, dtype=dtype, rngs=rngs)
         self.pooled_embed = TimestepMlp(config.pooled_dim, d, dtype=dtype, rngs=rngs)
         self.context_embed = nnx.Linear(config.joint_attention_dim, d, dtype=dtype, rngs=rngs)
-        self.blocks = nnx.List(
-            [
-                JointBlock(
-                    d,
-                    config.heads,
-                    d,
-                    mlp_ratio=config.mlp_ratio,
-                    activation=gelu_tanh,
-                    eps=1e-6,
-                    first="image",
-                    text_pre_only=i == config.depth - 1,
-                    dtype=dtype,
-                    attention_impl=config.attention_impl,
-                    rngs=rngs,
-                )  # fmt: skip
-                for i in range(config.depth)
-            ]
-        )
+        self.blocks = joint_blocks(
+            config.depth, d, config.heads, config, activation=gelu_tanh, eps=1e-6, first="image",
+            text_pre_only_last=True, rngs=rngs,
+        )  # fmt: skip
         self.head = ModulatedHead(
             d, d, config.patch**2 * config.channels, eps=1e-6, scale_first=True, dtype=dtype,
             rngs=rngs,

@@ -32,7 +32,7 @@ from pydantic import PositiveFloat, PositiveInt
 
 from dew.config import ModelConfig
 from dew.models.layers.attention import Attention, key_mask, rope_frequencies
-from dew.models.layers.conv import conv, upsample_nearest
+from dew.models.layers.conv import ResnetBlock, conv, upsample_nearest
 from dew.models.layers.embeddings import fourier_features, fourier_frequencies
 from dew.models.layers.norms import GroupNorm, RMSNorm
 from dew.models.registry import register
@@ -109,25 +109,6 @@ class UNetTimeEmbedding(nnx.Module):
         return jax.nn.gelu(self.dense2(jax.nn.gelu(self.dense1(h))))
 
 
-class ResidualBlock(nnx.Module):
-    """GroupNorm, swish, conv 3×3, + Dense(temb→f), GroupNorm, swish, conv 3×3, shortcut."""
-
-    def __init__(self, cin: int, cout: int, config: UNetConfig, *, rngs: nnx.Rngs):
-        dtype, groups, eps = config.dtype, config.norm_groups, config.norm_eps
-        self.norm1 = GroupNorm(cin, groups, eps=eps, rngs=rngs)
-        self.conv1 = conv(cin, cout, 3, rngs=rngs, dtype=dtype)
-        self.temb = nnx.Linear(config.emb_features, cout, dtype=dtype, rngs=rngs)
-        self.norm2 = GroupNorm(cout, groups, eps=eps, rngs=rngs)
-        self.conv2 = conv(cout, cout, 3, rngs=rngs, dtype=dtype)
-        self.shortcut = conv(cin, cout, 1, rngs=rngs, dtype=dtype) if cin != cout else None
-
-    def __call__(self, x: jax.Array, temb: jax.Array) -> jax.Array:
-        h = self.conv1(jax.nn.silu(self.norm1(x)))
-        h = h + self.temb(temb)[:, None, None, :]
-        h = self.conv2(jax.nn.silu(self.norm2(h)))
-        return h + (x if self.shortcut is None else self.shortcut(x))
-
-
 class CrossAttentionStage(nnx.Module):
     """RMSNorm, then queries from the feature map attend to the caption (no self-attention);
     the residual is the normalised input."""
@@ -191,7 +172,10 @@ class UNet(nnx.Module):
             return TemporalBlock(c, config, rngs=rngs) if config.temporal else None
 
         def res_block(cin, cout):
-            return ResidualBlock(cin, cout, config, rngs=rngs)
+            return ResnetBlock(
+                cin, cout, config.emb_features, groups=config.norm_groups, eps=config.norm_eps,
+                rngs=rngs, dtype=dtype,
+            )  # fmt: skip
 
         width, skips = depths[0], [depths[0]]
         down_blocks, down_attention, down_temporal, downsample = [], [], [], []

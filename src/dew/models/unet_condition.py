@@ -17,7 +17,7 @@ from pydantic import PositiveFloat, PositiveInt
 
 from dew.config import ModelConfig
 from dew.models.layers.attention import Attention, key_mask
-from dew.models.layers.conv import conv, upsample_nearest
+from dew.models.layers.conv import ResnetBlock, conv, upsample_nearest
 from dew.models.layers.embeddings import sinusoidal
 from dew.models.layers.mlp import GeGLU, gelu_tanh
 from dew.models.layers.norms import GroupNorm, LayerNorm
@@ -57,25 +57,6 @@ class UNet2DConditionConfig(ModelConfig):
                 f"{self.cross_attention} need one entry per stage"
             )
         return self
-
-
-class ConditionResnet(nnx.Module):
-    """GroupNorm, swish, conv 3×3, + Dense(SiLU(temb)), GroupNorm, swish, conv 3×3, 1×1 skip."""
-
-    def __init__(self, cin: int, cout: int, config: UNet2DConditionConfig, *, rngs: nnx.Rngs):
-        dtype, groups, eps = config.dtype, config.norm_groups, config.norm_eps
-        self.norm1 = GroupNorm(cin, groups, eps=eps, rngs=rngs)
-        self.conv1 = conv(cin, cout, 3, rngs=rngs, dtype=dtype)
-        self.time_proj = nnx.Linear(config.time_embed_features, cout, dtype=dtype, rngs=rngs)
-        self.norm2 = GroupNorm(cout, groups, eps=eps, rngs=rngs)
-        self.conv2 = conv(cout, cout, 3, rngs=rngs, dtype=dtype)
-        self.shortcut = conv(cin, cout, 1, rngs=rngs, dtype=dtype) if cin != cout else None
-
-    def __call__(self, x: jax.Array, temb: jax.Array) -> jax.Array:
-        h = self.conv1(jax.nn.silu(self.norm1(x)))
-        h = h + self.time_proj(jax.nn.silu(temb))[:, None, None, :]
-        h = self.conv2(jax.nn.silu(self.norm2(h)))
-        return h + (x if self.shortcut is None else self.shortcut(x))
 
 
 class SpatialTransformer(nnx.Module):
@@ -120,7 +101,10 @@ class UNet2DCondition(nnx.Module):
         stages = (config.block_channels, config.heads, config.cross_attention)
         self.config = config
         dtype, chans = config.dtype, config.block_channels
-        resnet = lambda cin, cout: ConditionResnet(cin, cout, config, rngs=rngs)
+        resnet = lambda cin, cout: ResnetBlock(
+            cin, cout, config.time_embed_features, groups=config.norm_groups, eps=config.norm_eps,
+            silu_temb=True, rngs=rngs, dtype=dtype,
+        )  # fmt: skip
         attend = lambda c, heads, on: (
             SpatialTransformer(c, heads, config, rngs=rngs) if on else None
         )

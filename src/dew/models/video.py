@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from flax import nnx
 from pydantic import PositiveInt
 
-from dew.models.dit import DiTBase, DiTBlock, DiTConfig
+from dew.models.dit import SMOKE_GEOMETRY, DiTBase, DiTBlock, DiTConfig
 from dew.models.layers.attention import rope_frequencies
 from dew.models.layers.patches import unpatchify
 from dew.models.registry import register
@@ -32,10 +32,8 @@ class VideoDiTConfig(DiTConfig):
 
     presets: ClassVar = {
         "small": {},
-        "cpu-smoke": {
-            "image_size": 16, "frames": 4, "width": 64, "depth": 2, "heads": 2, "mlp_ratio": 2,
-        },
-    }  # fmt: skip
+        "cpu-smoke": {**SMOKE_GEOMETRY, "frames": 4, "depth": 2},
+    }
 
 
 @register("video_dit", VideoDiTConfig)
@@ -47,13 +45,12 @@ class VideoDiT(DiTBase):
 
     def __call__(self, x: jax.Array, t: jax.Array, text: jax.Array, text_mask: jax.Array):
         config = self.config
-        dtype = jnp.dtype(config.dtype)
         batch, frames, height, width, channels = x.shape
-        frames_flat = x.reshape(batch * frames, height, width, channels).astype(dtype)
-        tokens = self.patch_embed(frames_flat) + self.positions(dtype)[None]  # [B·T, N, d]
+        frames_flat = x.reshape(batch * frames, height, width, channels)
+        tokens = self.embed_patches(frames_flat)  # [B·T, N, d]
         n, d = tokens.shape[1:]
 
-        c = self.time_embed(t) + self.text_pool(text, text_mask)  # [B, d]
+        c = self.condition(t, text, text_mask)  # [B, d]
         c_per_frame = jnp.repeat(c, frames, axis=0)  # [B·T, d]
         c_per_column = jnp.repeat(c, n, axis=0)  # [B·N, d]
         head_dim = config.width // config.heads

@@ -3,7 +3,7 @@
 Each stream (image and caption) has its own adaLN modulation, q/k/v/o projections and MLP;
 the streams meet in one attention over the concatenated sequence. `JointBlock` is the
 block of every MMDiT family (dew.models.mmdit) and Flux's double-stream block
-(dew.models.flux).
+(dew.models.flux); `joint_blocks` builds a family's stack of them.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from dew.config import AttentionImpl
+from dew.config import AttentionImpl, ModelConfig
 from dew.models.layers.attention import Attention, apply_rope, attention, key_mask
 from dew.models.layers.mlp import Mlp, gelu_exact
 from dew.models.layers.modulation import AdaLNModulation, modulate
@@ -23,39 +23,22 @@ from dew.models.layers.norms import LayerNorm
 
 
 class JointStream(nnx.Module):
-    """One stream of a joint block: adaLN (6 chunks; 2 when `pre_only`), non-affine LNs,
-    q/k/v/o and an MLP. A `pre_only` stream only feeds keys and values to the attention
-    (SD3's last context stream): no output projection, no MLP."""
+    """One stream of a joint block, its parts built by `JointBlock`: adaLN modulation (6
+    chunks; 2 when pre-only), non-affine LNs, q/k/v/o and an MLP. A pre-only stream (no
+    `norm2`, no `mlp`, no output projection) only feeds keys and values to the attention
+    (SD3's last context stream)."""
 
     def __init__(
         self,
-        features: int,
-        heads: int,
-        cond_features: int,
-        *,
-        rngs: nnx.Rngs,
-        mlp_hidden: int,
-        activation: Callable[[jax.Array], jax.Array],
-        eps: float,
-        qk_norm: bool,
-        pre_only: bool,
-        dtype,
-        attention_impl: AttentionImpl,
+        modulation: AdaLNModulation,
+        norm1: LayerNorm,
+        attn: Attention,
+        norm2: LayerNorm | None,
+        mlp: Mlp | None,
     ):
-        self.pre_only = pre_only
-        self.modulation = AdaLNModulation(
-            cond_features, features, 2 if pre_only else 6, dtype=dtype, rngs=rngs
-        )
-        self.norm1 = LayerNorm(features, affine=False, eps=eps, rngs=rngs)
-        self.attn = Attention(
-            features, heads, out_projection=not pre_only, qk_norm=qk_norm,
-            dtype=dtype, attention_impl=attention_impl, rngs=rngs,
-        )  # fmt: skip
-        if pre_only:
-            self.norm2 = self.mlp = None
-        else:
-            self.norm2 = LayerNorm(features, affine=False, eps=eps, rngs=rngs)
-            self.mlp = Mlp(features, mlp_hidden, activation=activation, dtype=dtype, rngs=rngs)
+        self.pre_only = mlp is None
+        self.modulation, self.norm1, self.attn = modulation, norm1, attn
+        self.norm2, self.mlp = norm2, mlp
 
     def qkv(self, x: jax.Array, c: jax.Array):
         chunks = self.modulation(c)
@@ -79,7 +62,6 @@ class JointBlock(nnx.Module):
         cond_features: int,
         *,
         rngs: nnx.Rngs,
-        text_features: int | None = None,
         mlp_ratio: int = 4,
         activation: Callable[[jax.Array], jax.Array] = gelu_exact,
         eps: float = 1e-5,
@@ -90,13 +72,26 @@ class JointBlock(nnx.Module):
         dtype=jnp.bfloat16,
         attention_impl: AttentionImpl = "xla",
     ):
-        common = dict(
-            heads=heads, cond_features=cond_features, mlp_hidden=mlp_ratio * features,
-            activation=activation, eps=eps, qk_norm=qk_norm, dtype=dtype,
-            attention_impl=attention_impl, rngs=rngs,
-        )  # fmt: skip
-        self.image = JointStream(features, pre_only=False, **common)
-        self.text = JointStream(text_features or features, pre_only=text_pre_only, **common)
+        def stream(pre_only: bool) -> JointStream:
+            norm = lambda: LayerNorm(features, affine=False, eps=eps, rngs=rngs)
+            return JointStream(
+                AdaLNModulation(
+                    cond_features, features, 2 if pre_only else 6, dtype=dtype, rngs=rngs
+                ),
+                norm(),
+                Attention(
+                    features, heads, out_projection=not pre_only, qk_norm=qk_norm,
+                    dtype=dtype, attention_impl=attention_impl, rngs=rngs,
+                ),
+                None if pre_only else norm(),
+                None if pre_only else Mlp(
+                    features, mlp_ratio * features, activation=activation, dtype=dtype,
+                    rngs=rngs,
+                ),
+            )  # fmt: skip
+
+        self.image = stream(pre_only=False)
+        self.text = stream(pre_only=text_pre_only)
         self.first, self.rope_interleaved = first, rope_interleaved
         self.attention_impl = attention_impl
 
@@ -131,3 +126,35 @@ class JointBlock(nnx.Module):
         image = self.image.finish(image, yi, image_chunks)
         text = None if self.text.pre_only else self.text.finish(text, yt, text_chunks)
         return image, text
+
+
+def joint_blocks(
+    count: int,
+    features: int,
+    heads: int,
+    config: ModelConfig,
+    *,
+    rngs: nnx.Rngs,
+    text_pre_only_last: bool = False,
+    **options,
+) -> nnx.List:
+    """`count` JointBlocks `features` wide, conditioned on a vector as wide, with the
+    config's `mlp_ratio`, `dtype` and `attention_impl`. `text_pre_only_last`: the last
+    block's caption stream is pre-only (SD3). `options`: JointBlock's (activation, eps,
+    qk_norm, first, rope_interleaved), where the family departs from the defaults."""
+    return nnx.List(
+        [
+            JointBlock(
+                features,
+                heads,
+                features,
+                mlp_ratio=config.mlp_ratio,
+                text_pre_only=text_pre_only_last and i == count - 1,
+                dtype=config.dtype,
+                attention_impl=config.attention_impl,
+                rngs=rngs,
+                **options,
+            )  # fmt: skip
+            for i in range(count)
+        ]
+    )
