@@ -6,8 +6,8 @@ Runs each entry point (the tools and the `python -m dew.bench.*` modules) as a u
 with inputs a user can type that must be refused, in a scratch directory holding a step
 record, a loader record, a text file, a binary file and a prepared dataset. Prints one
 row per input: the command, the exit code and the line on stderr. Exit 0 when every input
-was refused in exactly one line with exit 2 (1 for a refused comparison or a host check),
-without a traceback, and every file in the scratch directory is byte-identical afterwards.
+was refused in exactly one line with exit 2, without a traceback, and every file in the
+scratch directory is byte-identical afterwards.
 """
 
 from __future__ import annotations
@@ -45,7 +45,10 @@ def inputs(d: Path) -> list[tuple[str, list[str]]]:
         ("bare --architectures", [*smoke, "--architectures"]),
         ("--cases not JSON", [*smoke, "--cases", "not json"]),
         ("--cases unknown field", [*smoke, "--cases", '[{"architecture":"uvit","heads":5}]']),
-        ("--cases depth -1", [*smoke, "--cases", '[{"architecture":"uvit","model":{"depth":-1}}]']),
+        (
+            "--cases depth -1",
+            [*smoke, "--cases", '[{"architecture":"simple_dit","model":{"depth":-1}}]'],
+        ),
         ("--cases batch 0", [*smoke, "--cases", '[{"architecture":"uvit","batch":0}]']),
         (
             "--cases with --architectures",
@@ -200,7 +203,7 @@ def check(args: Args) -> int:
         done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=d)
         lines = [line for line in done.stderr.splitlines() if line.strip()]
         lines = [line for line in lines if "simulated CPU devices" not in line]
-        ok = done.returncode in (1, 2) and len(lines) == 1 and "Traceback" not in done.stderr
+        ok = done.returncode == 2 and len(lines) == 1 and "Traceback" not in done.stderr
         bad += not ok
         shown = " / ".join(lines) if len(lines) < 4 else f"{len(lines)} lines: {lines[-1]}"
         if args.markdown:

@@ -318,8 +318,10 @@ def test_a_mesh_larger_than_the_devices_is_refused_and_a_smaller_one_warned():
     cpus = Devices(platform="cpu", count=8, kind="cpu")
     with pytest.raises(UsageError, match="needs 16 devices"):
         check_devices(_options(mesh={"fsdp": 16}), cases, cpus)
-    (warning,) = check_devices(_options(mesh={"fsdp": 3}), cases, cpus)
-    assert "uses 3 of the 8" in warning
+    (warning,) = check_devices(_options(mesh={"fsdp": 4}), cases, cpus)
+    assert "uses 4 of the 8" in warning
+    with pytest.raises(UsageError, match="batch 8 cannot be split"):
+        check_devices(_options(mesh={"fsdp": 3}), cases, cpus)
     assert check_devices(_options(), cases, cpus) == []
 
 

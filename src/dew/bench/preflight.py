@@ -16,6 +16,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Sequence
 
+from dew.bench import presets
 from dew.bench.cli import UsageError, one_line
 from dew.bench.presets import Case
 from dew.bench.settings import Options
@@ -85,6 +86,12 @@ def check_devices(options: Options, cases: Sequence[Case], devices: Devices) -> 
             f"the mesh {json.dumps(options.mesh)} needs {needed} devices; this host has "
             f"{devices.count} {devices.platform} device(s){hint}"
         )
+    for case in cases:
+        if case.batch % needed:
+            raise UsageError(
+                f"case {case.label()}: batch {case.batch} cannot be split over the mesh "
+                f"{json.dumps(options.mesh)} ({needed} devices); use a multiple of {needed}"
+            )
     impls = {case.attention_impl or options.attention_impl for case in cases}
     if "cudnn" in impls and devices.platform != "gpu":
         raise UsageError(
@@ -120,10 +127,17 @@ def prepare_environment(
     if options.xla_flags:
         environment["XLA_FLAGS"] = f"{environment.get('XLA_FLAGS', '')} {options.xla_flags}"
     devices = probe_devices(environment)
-    needed = options.mesh.get("data", 1) * options.mesh.get("fsdp", 1)
-    if devices.platform == "cpu" and devices.count < needed:
-        added = simulate_cpu_devices(os.environ, needed)
+    # The preset's own mesh (cpu-smoke: 8) is what a CPU host simulates; a --mesh beyond it
+    # is then refused like any mesh larger than the devices.
+    preset_mesh = presets.get(options.preset).mesh
+    wanted = preset_mesh.get("data", 1) * preset_mesh.get("fsdp", 1)
+    added = None
+    if devices.platform == "cpu" and devices.count < wanted:
+        added = simulate_cpu_devices(environment, wanted)
         if added:
-            log(f"{needed} simulated CPU devices for the cases (XLA_FLAGS += {added})")
-            devices = dataclasses.replace(devices, count=needed)
-    return devices, check_devices(options, cases, devices)
+            devices = dataclasses.replace(devices, count=wanted)
+    warnings = check_devices(options, cases, devices)  # before os.environ changes
+    if added:
+        simulate_cpu_devices(os.environ, wanted)
+        log(f"{wanted} simulated CPU devices for the cases (XLA_FLAGS += {added})")
+    return devices, warnings
