@@ -66,7 +66,9 @@ def step_run(rows: list[StepRow]) -> BenchmarkRun:
     )
 
 
-SEED_SYNTAX = "data:oxford-flowers --batch 8 --data.image-size 64 --steps 3 --warmup 2"
+SEED_SYNTAX = (
+    "data:oxford-flowers --batch 8 --data.image-size 64 --steps 3 --warmup 2 --idle-check off"
+)
 
 
 def test_seed_syntax_writes_a_valid_record_and_the_verdict(prepared, tmp_path, capsys):

@@ -153,3 +153,23 @@ def test_rows_with_samples_get_statistical_verdicts_and_strict_fails_undecided(t
     write_run(b, _with_samples(first, 1.0, 6, repeats=2))
     assert compare.main([str(a), str(b)]) == 0
     assert compare.main([str(a), str(b), "--strict"]) == 1
+
+
+def test_a_change_measured_on_a_busy_host_is_undecided():
+    first = read_run(FIRST)
+    slower = _with_samples(first, 2.0, 7)
+    busy = [
+        row.model_copy(
+            update={
+                "repeats": [
+                    r.model_copy(update={"host_busy": "pid 1 used 99%"}) for r in row.repeats
+                ]
+            }
+        )
+        if row.repeats
+        else row
+        for row in slower.rows
+    ]
+    cmp = compare.compare(slower.model_copy(update={"rows": busy}), _with_samples(first, 1.0, 8))
+    assert {r.verdict for r in cmp.counted} == {"undecided"}
+    assert all("while the host was busy for 5 of 5 run repeats" in r.why for r in cmp.counted)

@@ -14,7 +14,7 @@ from dew.data.spec import SyntheticImages
 
 # One worker-less, thread-less configuration of a tiny in-memory or prepared set: each child
 # process costs its imports (~3 s), not the loading.
-FAST = ["--data.loading.workers", "0", "--data.loading.threads", "0"]
+FAST = ["--data.loading.workers", "0", "--data.loading.threads", "0", "--idle-check", "off"]
 TINY = ["--batch", "2", "--steps", "4", "--warmup", "1", *FAST]
 REAL_RUN = subprocess.run  # the record's environment capture runs git: only a child is faked
 

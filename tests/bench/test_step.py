@@ -376,3 +376,41 @@ def test_repeats_run_in_rounds_and_keep_every_repeats_samples(tmp_path):
         assert low <= row.ms_per_step <= high
         assert "2 repeats: too few for a verdict (3 or more)" in row.warnings
     assert read_run(out).rows == record.rows
+
+
+# --- issue 19: GPU readings, uncounted custom calls, the idle refusal's one line ------------
+
+
+def test_a_cpu_smoke_row_has_every_gpu_field_null_with_its_reason(tmp_path):
+    from dew.bench.case_run import run_case
+
+    options = _options(steps=2, compilation_cache_dir=str(tmp_path / "cache"))
+    row = run_case(Case(architecture="simple_dit", batch=8), options)
+    assert row.status == "ok", row.error
+    assert row.gpu.note == "no NVIDIA GPU: platform cpu" and row.gpu.check == "warn"
+    figures = row.gpu.model_dump(exclude={"note", "check", "slowdowns"})
+    assert set(figures.values()) == {None} and row.gpu.slowdowns == []
+    assert row.uncounted_custom_calls == {}  # the CPU step's calls are all known
+    assert "warnings" not in report.step_table([row])  # no noise on CPU
+    assert StepRow.model_validate_json(row.model_dump_json()) == row
+
+
+def test_a_busy_host_refusal_is_one_line_without_a_doubled_error(tmp_path, capsys):
+    import subprocess
+    import sys
+
+    burn = "import sys; print('ready', flush=True)\nwhile True: pass"
+    burner = subprocess.Popen([sys.executable, "-c", burn], stdout=subprocess.PIPE, text=True)
+    try:
+        assert burner.stdout.readline().strip() == "ready"
+        out = tmp_path / "run.json"
+        argv = ["--preset", "cpu-smoke", "--architectures", "simple_dit"]
+        assert main([*argv, "--idle-check", "error", "--json-out", str(out)]) == 1
+    finally:
+        burner.kill()
+        burner.wait()
+        burner.stdout.close()
+    err = capsys.readouterr().err
+    (line,) = [line for line in _lines(err) if "error" in line]
+    assert line.startswith("benchmark_step: error: host is not idle, refusing to measure: ")
+    assert f"pid {burner.pid} " in line and not out.exists()

@@ -1,28 +1,40 @@
 """One case of the step benchmark, in this process: build, compile, time, one row.
 
 preset case -> its model config -> Trainer -> ahead-of-time compile (timed) -> FLOPs from
-the optimized HLO (dew.telemetry) -> init -> dev.bench.timing's windows -> allocator peak
--> one `StepRow`. Whatever was measured before a failure stays in the row (`figures`).
+the optimized HLO (dew.telemetry; the custom calls it could not count, with their number)
+-> init -> dev.bench.timing's windows -> the GPU window (below) -> allocator peak -> one
+`StepRow`. Whatever was measured before a failure stays in the row (`figures`).
+
+The GPU window: on NVIDIA GPUs, after the timed windows, one more synced window with
+dew.telemetry.nvml's sampler running (clocks, temperature, power, clocks-event reasons)
+and the energy counter read at its ends. It runs `steps` steps, more when those take under
+MIN_ENERGY_WINDOW_S (the row says so), so the timed figures never run beside the sampler
+and the row shows the synced step time without it (p50_ms) and with it (gpu.p50_ms).
+--gpu-check decides what a card that slowed itself down does to the row.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+import os
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from dew.bench.cli import one_line
 from dew.bench.presets import Case
 from dew.bench.repeats import step_repeat
-from dew.bench.schema import StepRow
+from dew.bench.schema import GpuTelemetry, GpuWindow, StepRow
 from dew.bench.settings import CACHE_OFF, Options
-from dew.bench.timing import block, time_steps
+from dew.bench.timing import block, percentiles, time_steps
 
 GIB = 1024**3
 LM_OBJECTIVES = ("lm", "block_diffusion")  # cases whose samples are token sequences
 PROFILE_STEPS = 3  # extra steps traced with --profile-dir, after the timed windows
+MIN_ENERGY_WINDOW_S = 1.0  # the energy counter moves in steps of ~10-100 ms: 1 s at least
+SAMPLE_INTERVAL_S = 0.05  # 20 readings a second of every card
 
 
 @dataclasses.dataclass
@@ -58,7 +70,7 @@ def sample_label(config) -> str:
 def prepare(case: Case, options: Options, figures: dict[str, Any]) -> Prepared:
     """Build the Trainer for a case and compile its step; fills `figures` as it learns them
     (so a failure later in the case still reports what was measured)."""
-    from dew.telemetry.instrumentation import cost_analysis_flops
+    from dew.telemetry.instrumentation import compiled_flop_count, cost_analysis_flops
     from dew.telemetry.memory import compiler_memory
     from dew.train.mesh import MeshSpec
     from dew.train.trainer import DEFAULT_CACHE, Trainer
@@ -85,7 +97,7 @@ def prepare(case: Case, options: Options, figures: dict[str, Any]) -> Prepared:
     host_batch = trainer.example_batch(case.batch)
     compiled = trainer.compile(host_batch)
     figures["compile_s"] = trainer.compile_seconds
-    figures["gflop_per_step"] = trainer.flops / 1e9
+    figures.update(flop_figures(compiled_flop_count(compiled)))  # Trainer.flops reads it too
     cost = cost_analysis_flops(compiled)
     figures["cost_analysis_gflop"] = cost / 1e9 if cost is not None else None
     peak = compiler_memory(compiled)["peak_bytes"]
@@ -94,6 +106,15 @@ def prepare(case: Case, options: Options, figures: dict[str, Any]) -> Prepared:
     if options.compile_only:
         return Prepared(case, trainer, None, None, figures, tokens)
     return Prepared(case, trainer, trainer.init(), trainer.put_batch(host_batch), figures, tokens)
+
+
+def flop_figures(count) -> dict[str, Any]:
+    """The row's FLOP fields from a dew.telemetry FlopCount: GFLOP/step and, never silently
+    zero, each custom-call target the count could not count with its executions per step."""
+    return {
+        "gflop_per_step": count.total / 1e9,
+        "uncounted_custom_calls": dict(count.unknown_custom_call_counts),
+    }
 
 
 def measure(prepared: Prepared, options: Options, figures: dict[str, Any]) -> dict[str, Any]:
@@ -123,8 +144,10 @@ def measure(prepared: Prepared, options: Options, figures: dict[str, Any]) -> di
     flops = figures.get("gflop_per_step")  # per device, like the peak it is divided by
     kind = devices[0].device_kind
     figures["util"] = mfu(flops * 1e9 if flops is not None else None, step_s, kind)
-    peaks = [peak_bytes_in_use(d) for d in devices if d.process_index == jax.process_index()]
+    local = [d for d in devices if d.process_index == jax.process_index()]
+    peaks = [peak_bytes_in_use(d) for d in local]
     figures["peak_gib"] = max(peaks) / GIB if None not in peaks else None
+    state, figures["gpu"] = gpu_window(prepared, state, options, local)
     loss = float(metrics["train/loss"])
     figures["loss"] = loss if math.isfinite(loss) else None
     figures["loss_finite"] = math.isfinite(loss)
@@ -139,6 +162,129 @@ def measure(prepared: Prepared, options: Options, figures: dict[str, Any]) -> di
             block((state, metrics))
     prepared.state = state
     return figures
+
+
+def gpu_window(
+    prepared: Prepared, state: Any, options: Options, devices: Sequence[Any]
+) -> tuple[Any, GpuTelemetry]:
+    """The GPU window (module docstring): the state after it and the row's `gpu`. Off an
+    NVIDIA GPU, or with --gpu-check off, no step runs and every figure is null, with why."""
+    from dew.telemetry import nvml
+
+    mode = options.gpu_check
+    platform = devices[0].platform if devices else "none"
+    if mode == "off":
+        return state, GpuTelemetry(check=mode, note="GPU readings turned off (--gpu-check off)")
+    if platform not in ("gpu", "cuda"):
+        return state, GpuTelemetry(check=mode, note=f"no NVIDIA GPU: platform {platform}")
+    nv, why = nvml.open_nvml()
+    if nv is None:
+        return state, GpuTelemetry(check=mode, note=f"no NVIDIA GPU: {why}")
+    try:
+        handles, uuids = nvml.cards(nv)
+        visible, why = nvml.visible_indices(os.environ.get("CUDA_VISIBLE_DEVICES"), uuids)
+        ordinals = [_ordinal(d) for d in devices]
+        if visible is None or any(o is None or o >= len(visible) for o in ordinals):
+            why = why or f"devices {ordinals} are not among CUDA's {visible}"
+            return state, GpuTelemetry(check=mode, note=f"cannot tell which card is which: {why}")
+        indices = [visible[o] for o in ordinals]
+        sampler = nvml.WindowSampler(nv, [handles[i] for i in indices], SAMPLE_INTERVAL_S)
+        state, synced = _sampled_steps(prepared, state, options.steps, sampler)
+        windows = sampler.windows(len(synced), prepared.case.batch)
+    finally:
+        nvml.close_nvml(nv)
+    telemetry = gpu_telemetry(
+        mode,
+        indices,
+        [uuids[i] for i in indices],
+        windows,
+        synced,
+        options.steps,
+        batch=prepared.case.batch,
+        window_s=sampler.window_s,
+    )
+    return state, telemetry
+
+
+def _sampled_steps(prepared: Prepared, state: Any, steps: int, sampler) -> tuple[Any, list]:
+    """Synced steps with the sampler running: `steps`, and more until the window spans
+    MIN_ENERGY_WINDOW_S. Returns the state and each step's ms."""
+    synced: list[float] = []
+    sampler.start()
+    try:
+        began = time.perf_counter()
+        while len(synced) < steps or time.perf_counter() - began < MIN_ENERGY_WINDOW_S:
+            start = time.perf_counter()
+            state, metrics = prepared.trainer.step(state, prepared.batch)
+            block((state, metrics))
+            synced.append((time.perf_counter() - start) * 1e3)
+    finally:
+        sampler.stop()
+    return state, synced
+
+
+def _ordinal(device: Any) -> int | None:
+    """The CUDA ordinal of a jax GPU device (its index among the visible devices)."""
+    ordinal = getattr(device, "local_hardware_id", None)
+    return device.id if ordinal is None else ordinal
+
+
+def gpu_telemetry(
+    mode: str,
+    indices: Sequence[int],
+    uuids: Sequence[str | None],
+    windows: Sequence[dict[str, Any]],
+    synced_ms: Sequence[float],
+    steps: int,
+    *,
+    batch: int | None,
+    window_s: float,
+) -> GpuTelemetry:
+    """The row's `gpu` from every card's summary (dew.telemetry.nvml.summarize)."""
+    from dew.telemetry.nvml import slowdowns
+
+    cards = [
+        GpuWindow(index=index, uuid=uuid, **window)
+        for index, uuid, window in zip(indices, uuids, windows, strict=True)
+    ]
+    per_step = [card.joules_per_step for card in cards]
+    joules = sum(per_step) if cards and None not in per_step else None  # type: ignore[arg-type]
+    watts = [card.energy_watts for card in cards]
+    seen = [
+        f"GPU {card.index}: {reason}"
+        for card in cards
+        for reason in slowdowns(card.clocks_event_reasons or [])
+    ]
+    note = None
+    if len(synced_ms) > steps:
+        note = (
+            f"window lengthened from {steps} to {len(synced_ms)} synced steps to span "
+            f"{MIN_ENERGY_WINDOW_S:g} s for the energy counter"
+        )
+    return GpuTelemetry(
+        check=mode,
+        window_steps=len(synced_ms),
+        window_s=round(window_s, 4),
+        interval_s=SAMPLE_INTERVAL_S,
+        p50_ms=percentiles(synced_ms)["p50_ms"] if synced_ms else None,
+        gpus=cards,
+        joules_per_step=joules,
+        samples_per_kj=batch / joules * 1e3 if joules and batch else None,
+        mean_watts=sum(watts) if cards and None not in watts else None,  # type: ignore[arg-type]
+        slowdowns=seen,
+        note=note,
+    )
+
+
+def gpu_verdict(telemetry: GpuTelemetry | None) -> str | None:
+    """The error that fails a row under --gpu-check error, or None (the gate)."""
+    if telemetry is None or telemetry.check != "error" or not telemetry.slowdowns:
+        return None
+    return (
+        f"the GPU slowed itself down during the GPU window ({'; '.join(telemetry.slowdowns)}); "
+        "its times measure the card's state: rerun on a cool GPU, or pass --gpu-check warn "
+        "to keep the row with a warning"
+    )
 
 
 def run_case(
@@ -157,6 +303,9 @@ def run_case(
             measure(prepared, options, figures)
     except Exception as error:
         return make_row(case, figures, status="failed", error=one_line(error))
+    refused = gpu_verdict(figures.get("gpu"))
+    if refused:
+        return make_row(case, figures, status="failed", error=refused)
     return make_row(case, figures, status="ok")
 
 

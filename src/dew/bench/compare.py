@@ -268,8 +268,20 @@ def decide(rows: list[RowComparison], band: float, alpha: float) -> None:
     adjusted = stats.holm([row.samples.p_value for row in tested])
     for row, p_value in zip(tested, adjusted, strict=True):
         row.verdict, row.why = stats.verdict(row.samples, p_value, band=band / 100, alpha=alpha)
+        busy = "; ".join(filter(None, (_busy(row.run, "run"), _busy(row.reference, "ref"))))
+        if row.verdict in ("faster", "slower") and busy:
+            # A change measured while other work ran says more about the host than the
+            # stack (the seed: unet 54 ms/step under load against 16.4 idle).
+            row.verdict, row.why = "undecided", f"{row.verdict} while {busy}"
         if row.why:
             row.notes.append(f"undecided: {row.why}")
+
+
+def _busy(row: StepRow | DataRow, side: str) -> str:
+    """`the host was busy for k of n repeats (side)`, or "" when it never was."""
+    repeats = row.repeats or []
+    busy = sum(1 for repeat in repeats if repeat.host_busy)
+    return f"the host was busy for {busy} of {len(repeats)} {side} repeats" if busy else ""
 
 
 def compare(

@@ -13,8 +13,11 @@ dew.bench.data --child`, a JSON job on stdin, the row on stdout after ROW_MARKER
 with its own worker start-up; the row's figures are then medians over the N with their
 interval and noise warnings. The step tool interleaves its cases round-robin; this tool
 measures one configuration per invocation, so its rounds are just the N processes one
-after another. With N = 1 it measures in this process, as before. There is no idle-host
-check here, so no repeat is marked `host_busy`.
+after another. With N = 1 it measures in this process, as before.
+
+Before measuring, the idle-host check of the step tool (dew.bench.idle, --idle-check
+error|warn|off; its readings are the record's idle_check); with repeats, a 1 s reading
+before each repeat after the first marks that repeat `host_busy` when the host was busy.
 
 A record that cannot be read or decoded stops the run with its index (exit status 2, one
 line on stderr), rather than being skipped: a figure over silently dropped records would
@@ -40,7 +43,7 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import numpy as np
 import pydantic
@@ -138,17 +141,30 @@ def measure_repeats(args: Args, *, notify=_notice) -> DataRow:
         return measure_loader(args.data, args.batch, args.steps, args.warmup, notify=notify)
     rows = []
     for index in range(1, args.repeats + 1):
+        busy = _busy(args.idle_check) if index > 1 else None
         # The notices (capped workers) are the same in every process: shown once.
         try:
             row = measure_in_child(args, notify=notify if index == 1 else lambda line: None)
         except RepeatFailed as error:
             raise RepeatFailed(f"repeat {index} of {args.repeats}: {error}") from None
+        if busy and row.repeats:
+            row = row.model_copy(
+                update={"repeats": [r.model_copy(update={"host_busy": busy}) for r in row.repeats]}
+            )
         notify(
             f"repeat {index}/{args.repeats}: {row.samples_per_s:.1f} samples/s, "
             f"first batch {row.first_batch_s:.2f} s"
         )
         rows.append(row)
     return summarize_data(rows[0], [repeat for row in rows for repeat in row.repeats or []])
+
+
+def _busy(mode: str) -> str | None:
+    """Why the host is busy now (a 1 s reading), or None; never with --idle-check off."""
+    from dew.bench import idle
+
+    check = None if mode == "off" else idle.sample("warn", window_s=1.0)
+    return None if check is None or check.idle else "; ".join(check.reasons) or "busy"
 
 
 def measure_in_child(args: Args, *, notify=_notice) -> DataRow:
@@ -274,6 +290,8 @@ class Args:
     repeats: int = 1
     """fresh processes measuring this configuration, one after another; the row is the
     median over them with its 95% interval (1: this process, no child)."""
+    idle_check: Literal["error", "warn", "off"] = "warn"
+    """sample the host before measuring: refuse (error), warn, or skip the check"""
 
 
 def parse_args(argv: list[str]) -> Args:
@@ -349,12 +367,19 @@ def _load_average() -> str:
 
 def run(args: Args, argv: list[str]) -> int:
     """Measure, print, write the record, give the verdict; bad input raises UsageError."""
+    from dew.bench import idle
+
     step_run = check_outputs_and_inputs(args)
     load = _load_average()
     try:
+        make_source(args.data)  # its directory, shards and split: refused before sampling
+        check = idle.guard(args.idle_check)
         row = measure_repeats(args)
     except ValueError as error:  # DataError included: one line naming the file or record
         raise UsageError(str(error)) from None
+    except idle.HostNotIdle as refusal:  # one line; nothing measured, nothing written
+        cli.say(PROG, str(refusal).removeprefix("error: "))
+        return cli.EXIT_CHANGED
     except RepeatFailed as error:
         cli.say(PROG, str(error))
         return cli.EXIT_CHANGED
@@ -362,7 +387,7 @@ def run(args: Args, argv: list[str]) -> int:
     for warning in row.warnings:
         print(f"  warning: {warning}")
     if args.json_out is not None:
-        write_record(args, argv, row, load)
+        write_record(args, argv, row, load, check)
     if step_run is not None:
         print(f"does the loader keep up? (against {args.against})")
         for line in keep_up_verdicts(row, step_run):
@@ -383,7 +408,7 @@ def result_line(row: DataRow, load: str) -> str:
     )
 
 
-def write_record(args: Args, argv: list[str], row: DataRow, load: str) -> None:
+def write_record(args: Args, argv: list[str], row: DataRow, load: str, check=None) -> None:
     from dew.bench.environment import capture
 
     record = BenchmarkRun(
@@ -398,7 +423,7 @@ def write_record(args: Args, argv: list[str], row: DataRow, load: str) -> None:
             loader=args.data.model_dump(mode="json") | {"name": args.data.name},
         ),
         environment=capture(),
-        idle_check=None,
+        idle_check=check,
         rows=[row],
         note=load,
     )

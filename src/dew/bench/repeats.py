@@ -65,7 +65,10 @@ def summarize_step(
         update["peak_gib"] = max(peaks)
     groups = stats.groups_of(figures, samples)
     update["ms_per_step_ci95"] = list(stats.interval(groups))
-    update["warnings"] = stats.noise_warnings(figures, samples) + busy_warnings(repeats)
+    failed = [
+        w for w in (first.warnings if first else []) if w.startswith("repeat ") and "failed" in w
+    ]
+    update["warnings"] = stats.noise_warnings(figures, samples) + busy_warnings(repeats) + failed
     return StepRow.model_validate({**row.model_dump(), **update})
 
 

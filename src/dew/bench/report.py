@@ -148,12 +148,25 @@ def _noise_columns(rows, body, headers, compile_only):
                 interval = row.ms_per_step_ci95
                 shown = f"{num(interval[0], 2)} - {num(interval[1], 2)}" if interval else MISSING
                 cells.insert(at, f"{shown} ({len(row.repeats or [])})")
-    if any(row.warnings for row in rows):
+    if any(row_warnings(row) for row in rows):
         headers.append("warnings")
         for row, cells in zip(rows, body, strict=True):
             if row.status == "ok":
-                cells.append("; ".join(row.warnings) or "")
+                cells.append("; ".join(row_warnings(row)) or "")
     return headers, body
+
+
+def row_warnings(row: StepRow) -> list[str]:
+    """A row's warnings: its own (noise, a busy host), the custom calls its GFLOP/step
+    could not count (counted as 0) and, under --gpu-check warn, its GPU's slowdowns. The
+    last two are read from the row's fields, which every repeat's merge keeps."""
+    warnings = list(row.warnings)
+    if row.uncounted_custom_calls:
+        calls = ", ".join(f"{target} x{n}" for target, n in row.uncounted_custom_calls.items())
+        warnings.append(f"GFLOP/step counts 0 for custom calls it does not know: {calls}")
+    if row.gpu is not None and row.gpu.check == "warn" and row.gpu.slowdowns:
+        warnings.append("the GPU slowed itself down: " + "; ".join(row.gpu.slowdowns))
+    return warnings
 
 
 def data_table(rows: Sequence[DataRow], fmt: str = "tsv") -> str:

@@ -51,6 +51,10 @@ class Options:
     """attention implementation for every case that does not set its own"""
     profile_dir: str | None = None
     """write a jax.profiler trace of a few extra steps per case here"""
+    gpu_check: Literal["error", "warn", "off"] = "warn"
+    """NVIDIA GPUs: read clocks, temperature, power and energy in a synced window after the
+    timed ones; a card that slowed itself down (thermal, hardware or power-brake slowdown)
+    fails the row (error) or warns (warn); off: no readings"""
 
 
 def settings_record(options: Options, cases: Sequence[Case]) -> Settings:

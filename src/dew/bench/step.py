@@ -158,7 +158,7 @@ def run(
     repeats = 1 if options.compile_only else options.repeats
     total = len(cases) * repeats
     for round_index in range(repeats):
-        busy = round_busy(idle_check, round_index, options)
+        busy = round_busy(idle_check, round_index, options, first=idle)
         for index, case in enumerate(cases, start=1):
             done = _find(rows, case.key())
             progress = f"[{round_index * len(cases) + index}/{total}]"
@@ -185,11 +185,15 @@ def measured(row: StepRow) -> int:
     return len(row.repeats) if row.repeats else 1
 
 
-def round_busy(idle_check: str, round_index: int, options: Options) -> str | None:
-    """Before every round after the first: a short idle reading; why the host is busy, or
-    None. The rows of that round carry it as a warning."""
-    if round_index == 0 or idle_check == "off" or options.compile_only:
+def round_busy(idle_check: str, round_index: int, options: Options, first=None) -> str | None:
+    """Why the host is busy before a round, or None: the run's own idle check for the first
+    round, a short reading before every later one. The round's repeats carry it."""
+    if idle_check == "off" or options.compile_only:
         return None
+    if round_index == 0:
+        if first is None or first.idle is not False:
+            return None
+        return "; ".join(first.reasons) or "busy"
     from dew.bench import idle
 
     check = idle.sample("warn", window_s=1.0)

@@ -164,8 +164,8 @@ def _main(argv: list[str]) -> int:
             warnings=warnings,
             log=log,
         )
-    except HostNotIdle as refusal:
-        cli.say(PROG, str(refusal))
+    except HostNotIdle as refusal:  # its text begins "error: ", which say() writes itself
+        cli.say(PROG, str(refusal).removeprefix("error: "))
         return cli.EXIT_CHANGED
     if distributed.process_index() == 0:  # process 0 prints the table for the run
         rows = [row for row in record.rows if row.key() in {case.key() for case in cases}]

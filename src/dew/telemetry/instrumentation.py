@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import math
 import re
+import weakref
 from dataclasses import dataclass, field
+from typing import Any
 
 from dew.telemetry import hlo_text
 from dew.telemetry.hlo_text import Computation, HloModule, HloParseError, Instruction
@@ -38,6 +40,7 @@ from dew.telemetry.trip_count import trip_count
 __all__ = [
     "FlopCount",
     "HloParseError",
+    "compiled_flop_count",
     "compiled_flops",
     "cost_analysis_flops",
     "hlo_flops",
@@ -90,20 +93,22 @@ class FlopCount:
 
     `by_kind` and `op_counts` are keyed by KINDS; op counts are executions (an op in a while
     body with trip count 8 counts 8). `unknown_custom_calls` names the custom-call targets the
-    counter does not know: they are counted as 0, and listed so that nothing is lost silently.
+    counter does not know: they are counted as 0, and listed so that nothing is lost silently;
+    `unknown_custom_call_counts` gives each one's executions, counted like `op_counts`.
     """
 
     total: float
     by_kind: dict[str, float]
     op_counts: dict[str, int]
     unknown_custom_calls: tuple[str, ...] = ()
+    unknown_custom_call_counts: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
 class _Tally:
     flops: dict[str, float] = field(default_factory=lambda: dict.fromkeys(KINDS, 0.0))
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
-    unknown: set[str] = field(default_factory=set)
+    unknown: dict[str, int] = field(default_factory=dict)  # target -> executions
 
     @property
     def total(self) -> float:
@@ -117,7 +122,8 @@ class _Tally:
         for kind in KINDS:
             self.flops[kind] += other.flops[kind] * times
             self.counts[kind] += other.counts[kind] * times
-        self.unknown |= other.unknown
+        for target, executions in other.unknown.items():
+            self.unknown[target] = self.unknown.get(target, 0) + executions * times
 
 
 def hlo_flops(hlo: str, *, causal_factor: float = 1.0) -> FlopCount:
@@ -135,12 +141,32 @@ def hlo_flops(hlo: str, *, causal_factor: float = 1.0) -> FlopCount:
         by_kind=dict(tally.flops),
         op_counts=dict(tally.counts),
         unknown_custom_calls=tuple(sorted(tally.unknown)),
+        unknown_custom_call_counts=dict(sorted(tally.unknown.items())),
     )
+
+
+# One count per executable: the Trainer's `flops` and the benchmark's row read the same
+# compiled step, and its optimized HLO runs to many MB.
+_COUNTS: weakref.WeakKeyDictionary[Any, FlopCount] = weakref.WeakKeyDictionary()
+
+
+def compiled_flop_count(compiled) -> FlopCount:
+    """The FlopCount of one call of a `jax.stages.Compiled` (per device), counted once."""
+    try:
+        return _COUNTS[compiled]
+    except (KeyError, TypeError):  # TypeError: an object that takes no weak reference
+        pass
+    count = hlo_flops(compiled.as_text())
+    try:
+        _COUNTS[compiled] = count
+    except TypeError:
+        pass
+    return count
 
 
 def compiled_flops(compiled) -> float:
     """FLOPs per device of one call of a `jax.stages.Compiled`, from its optimized HLO."""
-    return hlo_flops(compiled.as_text()).total
+    return compiled_flop_count(compiled).total
 
 
 def cost_analysis_flops(compiled) -> float | None:
@@ -221,7 +247,7 @@ class _Counter:
                 flops *= self.causal_factor
             tally.add_op("cudnn_fmha", flops)
         elif target not in ZERO_FLOP_TARGETS:
-            tally.unknown.add(target)
+            tally.unknown[target] = tally.unknown.get(target, 0) + 1
 
 
 def _required(instruction: Instruction, pattern: re.Pattern[str], what: str) -> str:
