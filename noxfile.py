@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime
 import filecmp
-import hashlib
 import importlib.util
 import json
 import os
@@ -440,7 +439,8 @@ def bench_gpu(session: nox.Session) -> None:
     # the fewest that let compare give a verdict (dew.bench.stats.MIN_REPEATS).
     repeats = [] if any(a.startswith("--repeats") for a in args) else ["--repeats", "3"]
     step_benchmark(
-        runner, run_dir, "small", ["--idle-check", "error", *repeats, *args],
+        runner, run_dir, "small",
+        ["--idle-check", "error", "--gpu-check", "error", *repeats, *args],
         {"JAX_PLATFORMS": "cuda"},
     )  # fmt: skip
     if data_path:
@@ -530,83 +530,192 @@ def bench_data(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
-def reproduce(session: nox.Session) -> None:
-    """Rerun a record's cases on its stack where possible, then compare: `-- RECORD.json`.
+def report(session: nox.Session) -> None:
+    """Every record under results/ as a static site: `-- [DIRS...] [--out results/site]`.
 
-    Says first which parts of the record's stack this host cannot match.
+    Opens from disk (results/site/index.html): the latest ms/step per architecture, device
+    and stack, each architecture's history with its change points, a page per record.
     """
-    if len(session.posargs) != 1 or not pathlib.Path(session.posargs[0]).is_file():
-        session.error(f"reproduce takes one step record (a JSON file), got: {session.posargs}")
-    record_path = pathlib.Path(session.posargs[0]).resolve()
+    install_locked(session)
+    session.run("python", "-m", "dew.bench.site", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def reproduce(session: nox.Session) -> None:
+    """Rerun a step record on its own stack, then compare: `-- RECORD.json`.
+
+    The record's stack is materialised as an image (docker/stacks.py: a git worktree at its
+    commit, its lock, its Dockerfile, its base) and that commit's own tool runs in it with
+    the record's cases and settings; today's compare then holds the new record against the
+    old one (the statistics verdicts). A record whose stack cannot be built (no commit, the
+    published ones; a dirty tree; a commit this clone lacks or from before the containers)
+    says which parts it matches and which not, then one line, exit 2.
+    """
+    stacks = _stacks()
+    if len(session.posargs) != 1:
+        _usage("reproduce", f"takes one step record (a JSON file), got {len(session.posargs)}")
+    record_path = pathlib.Path(session.posargs[0])
     try:
         record = json.loads(record_path.read_text())
         settings, environment = record["settings"], record["environment"]
+    except (OSError, UnicodeDecodeError) as error:
+        _usage("reproduce", f"{record_path}: cannot read it ({error})")
     except (ValueError, KeyError, TypeError) as error:
-        session.error(f"{record_path} is not a results record: {error}")
+        _usage("reproduce", f"{record_path} is not a results record ({error!r})")
     if record.get("kind") != "step":
-        session.error(f"{record_path} is a {record.get('kind')!r} record; reproduce takes 'step'")
-    devices = environment.get("devices") or {}
-    container = environment.get("container") or {}
-    on_gpu = devices.get("platform") == "gpu"
-    variant = container.get("variant") or ("cuda13" if on_gpu else "cpu")
-    unmatched = stack_differences(environment, variant)
+        _usage("reproduce", f"{record_path} is a {record.get('kind')!r} record; it takes 'step'")
+    matched, unmatched = stacks.stack_parts(record)
+    try:
+        spec = stacks.spec_from_record(record, f"record {record_path.name}")
+    except containers.EngineError as error:
+        for line in matched:
+            session.log(f"matches: {line}")
+        for line in unmatched:
+            session.log(f"cannot match: {line}")
+        _usage("reproduce", str(error))
+    engine = _engine_for(session, "reproduce", spec.variant)
+    image, base_lines = _materialise(session, "reproduce", engine, [spec])[0]
+    unmatched = base_lines + stack_differences(environment, image)
     for line in unmatched:
         session.log(f"not matched: {line}")
-    env = dict(environment.get("env_flags") or {})
-    steps, warmup = settings.get("steps") or 100, settings.get("warmup") or 2
-    args = ["--steps", str(steps), "--warmup", str(warmup)]
-    if settings.get("cases"):
-        args += ["--cases", json.dumps(settings["cases"])]
-    elif settings.get("architectures"):
-        args += ["--architectures", *settings["architectures"]]
-    base = container.get("base_image_digest")
+    on_gpu = spec.variant != "cpu"
     if on_gpu:
-        engine, gpu_name = gpu_preflight(session, variant)
-        image = build_image(session, engine, variant, resolve_base(session, engine, base))
         gpu_visible_in_image(session, engine, image)
-        runner, device = Runner(session, engine, image, gpu=True), gpu_name
-        args += ["--idle-check", "error"]
-    else:
-        engine = choose_engine(session)
-        base = resolve_base(session, engine, base) if engine else None
-        if engine is None or base is None:
-            session.log("no container engine or base: running in a nox venv from locks/cpu.txt")
-            install_locked(session)
-            runner = Runner(session)
-        else:
-            runner = Runner(session, engine, build_image(session, engine, variant, base))
-        device, args = "cpu", [*args, "--idle-check", "warn"]
-    run_dir = new_run_dir(f"reproduce-{settings.get('preset') or 'cases'}", device)
+    runner = Runner(session, engine, image, gpu=on_gpu)
+    run_dir = new_run_dir(f"reproduce-{settings.get('preset') or 'cases'}", spec.variant)
     if unmatched:
         atomic_files.atomic_write(run_dir / "not-matched.txt", "\n".join(unmatched) + "\n")
-    step_benchmark(runner, run_dir, settings.get("preset") or "small", args, env)
+    step_json = run_dir / "step.json"
+    args = stacks.settings_args(settings) + ["--format", "md", "--idle-check"]
+    args += ["error" if on_gpu else "warn"]
+    session.log(f"{spec.commit[:7]}'s own tool in {image.ref}: {' '.join(args)}")
+    runner.python(
+        "tools/benchmark_step.py", *args, "--json-out", runner.path(step_json),
+        env=dict(environment.get("env_flags") or {}), stdout_to=run_dir / "table.md",
+        success_codes=(0, 1),
+    )  # fmt: skip
     reference = run_dir / "reference.json"  # inside results/, so the container sees it
     shutil.copyfile(record_path, reference)
-    compare_with_published(runner, run_dir, reference=reference)
+    today = _today_runner(session, engine)  # today's validate and compare judge the rerun
+    today.python("-m", "dew.bench.validate", today.path(step_json))
+    compare_with_published(today, run_dir, reference=reference)
+    session.log(f"record: {step_json.relative_to(ROOT)} (commit {spec.commit[:7]}, {image.ref})")
 
 
-def stack_differences(environment: dict, variant: str) -> list[str]:
-    """What of the record's stack this host will not reproduce, one line each."""
+@nox.session(python=PYTHON)
+def ab(session: nox.Session) -> None:
+    """Two stacks timed side by side on this host in paired, interleaved rounds.
+
+    `-- A B [--rounds R] [--preset P] (--architectures NAME... | --cases JSON) [--steps N]
+    [--warmup N] [--variant cpu|cuda12|cuda13] [--a-env K=V] [--b-env K=V]
+    [--a-xla-flags FLAGS] [--b-xla-flags FLAGS] [--band PCT] [--alpha A]`: A and B are each
+    a commit, a record (its stack) or an image. Every round runs every case once per side,
+    each in a fresh process, alternating which side goes first; then one record per side
+    and the A/B table of the paired per-round ratios (dew.bench.ab), markdown and chart.
+    """
+    stacks = _stacks()
+    try:
+        args = stacks.parse_ab(session.posargs)
+    except containers.EngineError as error:
+        _usage("ab", str(error))
+    engine = _engine_for(session, "ab", args.variant)
+    try:
+        sides = {
+            name: stacks.resolve_side(engine, name, given, args.variant)
+            for name, given in (("A", args.a), ("B", args.b))
+        }
+    except containers.EngineError as error:
+        _usage("ab", str(error))
+    to_build = [side for side in sides.values() if side.image is None]
+    made = _materialise(session, "ab", engine, [side.spec for side in to_build])
+    for side, (image, lines) in zip(to_build, made, strict=True):
+        side.image = image
+        for line in lines:
+            session.log(f"{side.name} not matched: {line}")
+    for side in sides.values():
+        if side.image.variant != args.variant:
+            why = f"a {side.image.variant} image, not {args.variant} (--variant)"
+            _usage("ab", f"{side.name} {side.given} is {why}")
+    run_dir = new_run_dir(f"ab-{args.preset}", args.variant)
+    env = SMOKE_ENV if args.variant == "cpu" else {"JAX_PLATFORMS": "cuda"}
+    stacks.run_rounds(engine, sides, args, run_dir, env, log=session.log)
+    today = _today_runner(session, engine)
+    today.python("-m", "dew.bench.ab", today.path(run_dir), success_codes=(0, 1))
+    session.log(f"A/B: {(run_dir / 'ab.md').relative_to(ROOT)}, a.json, b.json, ab.png")
+
+
+def _stacks():
+    """docker/stacks.py, loaded once like docker/engine.py (whose module it shares)."""
+    if "dew_stacks" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("dew_stacks", ROOT / "docker" / "stacks.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+    return sys.modules["dew_stacks"]
+
+
+def _usage(prog: str, message: str):
+    """Bad input, or a stack that cannot be built: one line, exit 2 (nox's own is 1)."""
+    from dew.bench import cli
+
+    cli.say(prog, message)
+    raise SystemExit(cli.EXIT_USAGE)
+
+
+def _engine_for(session: nox.Session, prog: str, variant: str):
+    if variant != "cpu":
+        return gpu_preflight(session, variant)[0]
+    engine = choose_engine(session)
+    if engine is None:
+        _usage(prog, "building a stack needs podman or docker (`apt-get install podman runc`)")
+    return engine
+
+
+def _materialise(session: nox.Session, prog: str, engine, specs) -> list[tuple[object, list]]:
+    """Each spec's image and what of its recorded base it does not match; on any failure the
+    images built here are removed (worktrees are gone already), then one line, exit 2."""
+    stacks, built, made = _stacks(), [], []
+
+    def default_base():
+        base = resolve_base(session, engine, os.environ.get("DEW_BASE_IMAGE"))
+        if base is None:
+            raise containers.EngineError(f"no base image: pull {containers.DEFAULT_BASE_IMAGE} "
+                                         "or install debootstrap (nox -s base-image)")  # fmt: skip
+        return base
+
+    try:
+        for spec in specs:
+            base, lines = stacks.choose_base(engine, spec, default_base, log=session.log)
+            made.append((stacks.materialise(engine, spec, base, built, log=session.log), lines))
+    except (containers.EngineError, OSError) as error:
+        stacks.remove_built(engine, built)
+        _usage(prog, str(error))
+    return made
+
+
+def _today_runner(session: nox.Session, engine) -> Runner:
+    """The checkout's own tools (validate, compare, the A/B table): its cpu image."""
+    base = resolve_base(session, engine, os.environ.get("DEW_BASE_IMAGE"))
+    if base is None:
+        install_locked(session)
+        return Runner(session)
+    return Runner(session, engine, build_image(session, engine, "cpu", base))
+
+
+def stack_differences(environment: dict, image) -> list[str]:
+    """What of the record's stack the materialised image (or this host) does not match."""
     lines = []
     container = environment.get("container") or {}
-    lock = LOCKS / f"{variant}.txt"
-    here_lock = hashlib.sha256(lock.read_bytes()).hexdigest() if lock.exists() else None
-    if not container.get("lock_sha256"):
-        lines.append(f"the record names no lock hash; using locks/{variant}.txt as it is")
-    elif container["lock_sha256"] != here_lock:
-        lines.append(
-            f"lock: the record's {container['lock_sha256'][:12]} is not locks/{variant}.txt "
-            f"({(here_lock or 'missing')[:12]}); check out the record's commit for its lock"
-        )
-    if not container.get("base_image_digest"):
-        lines.append("the record names no base image digest; using the default base")
-    commit = ((environment.get("code") or {}).get("commit") or "").strip()
-    head, dirty = containers.git_commit()
-    if not commit:
-        lines.append("the record names no dew commit")
-    elif not head or not head.startswith(commit[:7]) or dirty:
-        here = f"{(head or 'unknown')[:7]}{' (dirty)' if dirty else ''}"
-        lines.append(f"dew: the record ran {commit[:7]}, this checkout is {here}")
+    if not container:
+        lines.append("the record ran outside any image: the lock and Dockerfile are its commit's")
+    here = {
+        "lock_sha256": image.lock_sha256, "dockerfile_sha256": image.dockerfile_sha256,
+        "variant": image.variant, "base_image_digest": image.base_digest,
+    }  # fmt: skip
+    for name, value in here.items():
+        recorded = container.get(name)
+        if recorded and value and recorded != value:
+            lines.append(f"{name}: the record's {recorded[:24]}, the image's {value[:24]}")
     devices = environment.get("devices") or {}
     if devices.get("platform") == "gpu":
         query = subprocess.run(

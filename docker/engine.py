@@ -8,12 +8,14 @@ do; the noxfile prints it with `session.error`.
 
 from __future__ import annotations
 
+import email.utils
 import hashlib
 import json
 import os
 import re
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -31,6 +33,7 @@ VARIANTS = ("cpu", "cuda12", "cuda13")
 DEFAULT_BASE_IMAGE = "docker.io/library/ubuntu:24.04"
 OFFLINE_BASE_IMAGE = "localhost/dew-base:trixie"
 OFFLINE_SUITE = "trixie"
+OFFLINE_INCLUDE = "python3,python3-venv,ca-certificates"
 # Python of the distributions a base may be, for bases without python3 installed yet.
 DISTRO_PYTHON = {("ubuntu", "24.04"): "3.12", ("debian", "13"): "3.13", ("ubuntu", "22.04"): "3.10"}
 CACHE = Path(os.environ.get("DEW_CACHE_DIR") or Path.home() / ".cache" / "dew")
@@ -151,6 +154,31 @@ def image_exists(engine: Engine, ref: str) -> bool:
     return engine("image", "inspect", ref).returncode == 0
 
 
+def image_labels(engine: Engine, ref: str) -> dict[str, str]:
+    probe = engine("image", "inspect", "--format", "{{json .Labels}}", ref)
+    if probe.returncode != 0:
+        return {}
+    try:
+        return json.loads(probe.stdout.strip() or "null") or {}
+    except ValueError:
+        return {}
+
+
+def remove_image(engine: Engine, ref: str) -> None:
+    """Remove an image this run built (its layers shared with others stay)."""
+    engine("rmi", ref, timeout=300)
+
+
+def image_tags(engine: Engine, ref: str) -> list[str]:
+    probe = engine("image", "inspect", "--format", "{{json .RepoTags}}", ref)
+    try:
+        return (
+            list(json.loads(probe.stdout.strip() or "null") or []) if probe.returncode == 0 else []
+        )
+    except ValueError:
+        return []
+
+
 def image_id(engine: Engine, ref: str) -> str | None:
     probe = engine("image", "inspect", "--format", "{{.Id}}", ref)
     if probe.returncode != 0:
@@ -216,7 +244,10 @@ def _read(path: Path) -> str:
 
 
 def build_offline_base(engine: Engine, ref: str = OFFLINE_BASE_IMAGE, log=print) -> str:
-    """Debian trixie (Python 3.13) from debootstrap, imported as `ref`; reused if present."""
+    """Debian trixie (Python 3.13) from debootstrap, imported as `ref`; reused if present.
+
+    The image carries what rebuilds it as labels: the suite, the archive's snapshot time
+    (its Release file's Date) and every package's version (see `base_record`)."""
     if image_exists(engine, ref):
         return ref
     if not shutil.which("debootstrap"):
@@ -231,8 +262,7 @@ def build_offline_base(engine: Engine, ref: str = OFFLINE_BASE_IMAGE, log=print)
         log(f"building the offline base {ref} with debootstrap ({OFFLINE_SUITE}, minbase)")
         result = _run(
             [
-                "debootstrap", "--variant=minbase",
-                "--include=python3,python3-venv,ca-certificates",
+                "debootstrap", "--variant=minbase", f"--include={OFFLINE_INCLUDE}",
                 OFFLINE_SUITE, str(rootfs), mirror,
             ],
             timeout=1800,
@@ -240,16 +270,140 @@ def build_offline_base(engine: Engine, ref: str = OFFLINE_BASE_IMAGE, log=print)
         if result.returncode != 0:
             tail = (result.stdout + result.stderr).strip().splitlines()[-1:] or ["?"]
             raise EngineError(f"debootstrap of {OFFLINE_SUITE} failed: {tail[0]}")
+        labels = {
+            "dew.base.recipe": f"debootstrap --variant=minbase --include={OFFLINE_INCLUDE}",
+            "dew.base.suite": OFFLINE_SUITE,
+            "dew.base.snapshot": _archive_snapshot(rootfs, OFFLINE_SUITE) or "unknown",
+            "dew.base.packages": ",".join(_rootfs_packages(rootfs)),
+        }
+        changes = [arg for k, v in labels.items() for arg in ("--change", f"LABEL {k}={v}")]
         tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
         imported = subprocess.run(
-            [engine.name, "import", "-", ref], stdin=tar.stdout, capture_output=True, text=True
-        )
+            [engine.name, "import", *changes, "-", ref],
+            stdin=tar.stdout, capture_output=True, text=True,
+        )  # fmt: skip
         tar.stdout.close()
         tar.wait()
         if imported.returncode != 0 or tar.returncode != 0:
             raise EngineError(f"{engine.name} import of the base failed: {imported.stderr.strip()}")
     log(f"offline base {ref} built in {time.monotonic() - started:.0f} s")
     return ref
+
+
+def _archive_snapshot(rootfs: Path, suite: str) -> str | None:
+    """When the archive debootstrap read was published: its Release file's Date, as UTC."""
+    lists = rootfs / "var" / "lib" / "apt" / "lists"
+    for release in sorted(lists.glob(f"*_dists_{suite}_Release")):
+        return _release_date(_read(release))
+    return None
+
+
+def _release_date(text: str) -> str | None:
+    match = re.search(r"^Date:\s*(.+)$", text, re.M)
+    if not match:
+        return None
+    try:
+        when = email.utils.parsedate_to_datetime(match.group(1).strip())
+    except (TypeError, ValueError):
+        return None
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _rootfs_packages(rootfs: Path) -> list[str]:
+    """`name=version` of every package installed in a Debian root file system."""
+    status = _read(rootfs / "var" / "lib" / "dpkg" / "status")
+    return dpkg_status_packages(status)
+
+
+def dpkg_status_packages(status: str) -> list[str]:
+    packages = []
+    for stanza in re.split(r"\n\s*\n", status):
+        fields = dict(re.findall(r"^([A-Za-z-]+):\s*(.*)$", stanza, re.M))
+        if fields.get("Package") and "installed" in fields.get("Status", "").split():
+            packages.append(f"{fields['Package']}={fields.get('Version', '')}")
+    return sorted(packages)
+
+
+# --- what a base is, and how it comes back --------------------------------------------------
+
+# Run in the base: the release, the archive snapshot and the packages (dpkg's images only).
+BASE_PROBE = (
+    '. /etc/os-release 2>/dev/null; echo "suite=${VERSION_CODENAME:-}"; '
+    'for f in /var/lib/apt/lists/*_dists_"${VERSION_CODENAME:-none}"_Release; do '
+    '[ -f "$f" ] && sed -n "s/^Date: */date=/p" "$f" | head -n 1; done; '
+    "command -v dpkg-query >/dev/null && dpkg-query -W -f 'package=${Package}=${Version}\\n'"
+)
+
+
+def base_record(engine: Engine, ref: str, digest: str | None = None) -> dict[str, object]:
+    """The base named fully for a record (environment.container's base_* fields): name,
+    digest, suite, archive snapshot, packages and how to rebuild it (or why it cannot be).
+    Read once per digest and cached under ~/.cache/dew/bases/."""
+    digest = digest or base_digest(engine, ref)
+    cached = CACHE / "bases" / (hashlib.sha256(str(digest).encode()).hexdigest()[:24] + ".json")
+    try:
+        return json.loads(cached.read_text())
+    except (OSError, ValueError):
+        pass
+    labels = image_labels(engine, ref)
+    run = engine("run", "--rm", *host_run_flags(engine, ref), "--network", "none", ref,
+                 "sh", "-c", BASE_PROBE)  # fmt: skip
+    facts: dict[str, list[str]] = {}
+    for line in run.stdout.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            facts.setdefault(key, []).append(value)
+    suite = labels.get("dew.base.suite") or (facts.get("suite") or [""])[0] or None
+    snapshot = labels.get("dew.base.snapshot")
+    if not snapshot or snapshot == "unknown":
+        snapshot = _release_date("Date: " + (facts.get("date") or [""])[0])
+    packages = sorted(facts.get("package") or []) or None
+    record = {
+        "base_image": ref,
+        "base_image_digest": digest,
+        "base_suite": suite,
+        "base_snapshot": snapshot,
+        "base_packages": packages,
+        "base_rebuild": _rebuild_statement(ref, digest, labels, suite, snapshot),
+    }
+    if run.returncode == 0:  # an answer worth keeping; a failed probe is asked again
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        cached.write_text(json.dumps(record))
+    return record
+
+
+def _rebuild_statement(ref, digest, labels, suite, snapshot) -> str:
+    """How the base comes back, or a plain statement that it cannot."""
+    digest = str(digest or "")
+    if "@sha256:" in digest and not digest.startswith("localhost/"):
+        return f"pull {digest}"
+    recipe = labels.get("dew.base.recipe")
+    repository = ref.split("@")[0].split(":")[0]  # by tag or by digest: localhost/dew-base
+    if not recipe and repository == OFFLINE_BASE_IMAGE.split(":")[0] and suite:
+        recipe = f"debootstrap --variant=minbase --include={OFFLINE_INCLUDE}"
+    if recipe and suite and snapshot:
+        return (
+            f"{recipe} {suite} from the Debian archive as of {snapshot} "
+            "(an archive snapshot of that time gives base_packages)"
+        )
+    return (
+        f"cannot be rebuilt: {ref} is a local image and its record names no recipe or "
+        "archive snapshot"
+    )
+
+
+def package_differences(recorded: list[str] | None, here: list[str] | None) -> list[str]:
+    """`name: recorded -> here` for every package that differs between two lists."""
+
+    def versions(items):
+        return dict(item.partition("=")[::2] for item in items or [])
+
+    a, b = versions(recorded), versions(here)
+    return [
+        f"{name}: {a.get(name, 'absent')} -> {b.get(name, 'absent')}"
+        for name in sorted(set(a) | set(b))
+        if a.get(name) != b.get(name)
+    ]
 
 
 # --- the image ---------------------------------------------------------------------------
@@ -259,17 +413,23 @@ def sha256_file(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def image_tag(variant: str, base: str) -> str:
+def image_tag(variant: str, base: str, tree: Path = ROOT, commit: str | None = None) -> str:
     """`localhost/dew:<variant>-<hash>`: the hash of what decides the stack (the Dockerfile,
-    the lock, the variant and the base's digest), so an unchanged stack is reused."""
+    the lock, the variant and the base's digest), so an unchanged stack is reused.
+
+    With `commit` (a stack materialised at a commit, docker/stacks.py) the image also holds
+    that commit's code and runs it as it is: `localhost/dew-stack:<variant>-<commit>-<hash>`.
+    """
     digest = hashlib.sha256()
     for part in (
-        DOCKERFILE.read_bytes(),
-        (ROOT / "locks" / f"{variant}.txt").read_bytes(),
+        (tree / "docker" / "Dockerfile").read_bytes(),
+        (tree / "locks" / f"{variant}.txt").read_bytes(),
         variant.encode(),
         base.encode(),
     ):
         digest.update(hashlib.sha256(part).digest())
+    if commit:
+        return f"localhost/dew-stack:{variant}-{commit[:12]}-{digest.hexdigest()[:12]}"
     return f"localhost/dew:{variant}-{digest.hexdigest()[:16]}"
 
 
@@ -292,11 +452,11 @@ def base_python(engine: Engine, base: str) -> str:
     )
 
 
-def wheelhouse(variant: str, python: str, log=print) -> Path:
-    """Every wheel of `locks/<variant>.txt` for CPython `python` on manylinux x86_64, hash
-    checked, downloaded by the host's pip (the container needs no network or TLS) and
-    cached under ~/.cache/dew keyed by the lock's hash."""
-    lock = ROOT / "locks" / f"{variant}.txt"
+def wheelhouse(variant: str, python: str, log=print, tree: Path = ROOT) -> Path:
+    """Every wheel of `locks/<variant>.txt` (of `tree`) for CPython `python` on manylinux
+    x86_64, hash checked, downloaded by the host's pip (the container needs no network or
+    TLS) and cached under ~/.cache/dew keyed by the lock's hash."""
+    lock = tree / "locks" / f"{variant}.txt"
     target = CACHE / "wheelhouse" / f"{variant}-py{python}-{sha256_file(lock)[:16]}"
     if (target / ".complete").exists():
         return target
@@ -326,21 +486,21 @@ def wheelhouse(variant: str, python: str, log=print) -> Path:
     return target
 
 
-def _stage_context(variant: str, wheels: Path, into: Path) -> None:
+def _stage_context(variant: str, wheels: Path, into: Path, tree: Path = ROOT) -> None:
     """A build context with only what the image takes: the context is then small for a
     docker daemon, and needs no .dockerignore. Wheels are hard links where possible."""
     for name in ("pyproject.toml", "README.md"):
-        shutil.copy2(ROOT / name, into / name)
-    for tree in ("src", "tools"):
-        if (ROOT / tree).is_dir():
+        shutil.copy2(tree / name, into / name)
+    for part in ("src", "tools"):
+        if (tree / part).is_dir():
             shutil.copytree(
-                ROOT / tree, into / tree, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+                tree / part, into / part, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
             )
         else:
-            (into / tree).mkdir()
+            (into / part).mkdir()
     (into / "locks").mkdir()
-    shutil.copy2(ROOT / "locks" / f"{variant}.txt", into / "locks" / f"{variant}.txt")
-    shutil.copy2(DOCKERFILE, into / "Dockerfile")
+    shutil.copy2(tree / "locks" / f"{variant}.txt", into / "locks" / f"{variant}.txt")
+    shutil.copy2(tree / "docker" / "Dockerfile", into / "Dockerfile")
     (into / "wheelhouse").mkdir()
     for wheel in wheels.glob("*.whl"):
         try:
@@ -351,7 +511,7 @@ def _stage_context(variant: str, wheels: Path, into: Path) -> None:
 
 @dataclass
 class Image:
-    ref: str
+    ref: str  # the tag
     id: str
     variant: str
     base: str
@@ -359,41 +519,83 @@ class Image:
     lock_sha256: str
     built: bool  # False when an image of the same content hash was reused
     seconds: float
+    dockerfile_sha256: str | None = None
+    # The commit whose code the image holds and runs as it is (a materialised stack, or an
+    # image given by name); None for the checkout's image, which runs the mounted checkout.
+    commit: str | None = None
+    base_info: dict = field(default_factory=dict)  # base_record's fields
+    base_in_image: bool = True  # the image's own DEW_BASE_* variables name its base
 
     def labels_env(self) -> dict[str, str]:
         """What dew.bench.environment reads to fill environment.container."""
-        return {
+        variables = {
             "DEW_IMAGE_ID": self.id,
+            "DEW_IMAGE_TAG": self.ref,
             "DEW_BASE_IMAGE_DIGEST": self.base_digest,
             "DEW_LOCK_SHA256": self.lock_sha256,
             "DEW_VARIANT": self.variant,
+            "DEW_DOCKERFILE_SHA256": self.dockerfile_sha256 or "",
         }
+        if not self.base_in_image:  # an image from before the base was built into it
+            variables["DEW_BASE_IMAGE"] = str(self.base_info.get("base_image") or self.base)
+            variables.update(base_variables(self.base_info))
+        return {key: value for key, value in variables.items() if value}
 
 
-def build_image(engine: Engine, variant: str, base: str, log=print) -> Image:
+def base_variables(info: dict) -> dict[str, str]:
+    """base_record's fields as the DEW_BASE_* variables (build arguments of the same names
+    without DEW_): the package list as name=version,name=version,..."""
+    return {
+        "DEW_BASE_SUITE": str(info.get("base_suite") or ""),
+        "DEW_BASE_SNAPSHOT": str(info.get("base_snapshot") or ""),
+        "DEW_BASE_PACKAGES": ",".join(info.get("base_packages") or []),
+        "DEW_BASE_REBUILD": str(info.get("base_rebuild") or ""),
+    }
+
+
+def build_image(
+    engine: Engine,
+    variant: str,
+    base: str,
+    log=print,
+    *,
+    tree: Path = ROOT,
+    commit: str | None = None,
+) -> Image:
     """The image of `variant` on `base`, built offline from a host wheelhouse, or reused
-    when one with the same content hash exists."""
+    when one with the same content hash exists.
+
+    `tree` is where the Dockerfile, the lock and the code come from (a git worktree for a
+    materialised stack); `commit`, when given, is that tree's commit: the image is then
+    tagged and labelled with it and runs its own code (see image_tag)."""
     if variant not in VARIANTS:
         raise EngineError(f"variant {variant!r} is not one of: {', '.join(VARIANTS)}")
     started = time.monotonic()
     digest = base_digest(engine, base)
     if digest is None:
         raise EngineError(f"base image {base} is not present; pull or build it first")
-    tag = image_tag(variant, digest)
-    lock_sha = sha256_file(ROOT / "locks" / f"{variant}.txt")
+    tag = image_tag(variant, digest, tree, commit)
+    lock_sha = sha256_file(tree / "locks" / f"{variant}.txt")
+    dockerfile_sha = sha256_file(tree / "docker" / "Dockerfile")
+    base_info = base_record(engine, base, digest)
     built = not image_exists(engine, tag)
     if built:
-        wheels = wheelhouse(variant, base_python(engine, base), log=log)
-        commit = git_commit()[0] or "unknown"
+        wheels = wheelhouse(variant, base_python(engine, base), log=log, tree=tree)
+        label = commit or git_commit()[0] or "unknown"
         log(f"building {tag} ({variant} on {base}) with {engine.label}")
         with tempfile.TemporaryDirectory(dir=wheels.parent, prefix="context-") as tmp:
-            _stage_context(variant, wheels, Path(tmp))
+            _stage_context(variant, wheels, Path(tmp), tree)
             build_args = {
                 "BASE_IMAGE": base,
                 "VARIANT": variant,
                 "BASE_IMAGE_DIGEST": digest,
                 "LOCK_SHA256": lock_sha,
-                "DEW_COMMIT": commit,
+                "DEW_COMMIT": label,
+                "DOCKERFILE_SHA256": dockerfile_sha,
+                **{
+                    key.removeprefix("DEW_"): value or "unknown"
+                    for key, value in base_variables(base_info).items()
+                },
             }
             argv = [engine.name, "build", *engine.build_flags, "-t", tag]
             argv += [
@@ -401,26 +603,108 @@ def build_image(engine: Engine, variant: str, base: str, log=print) -> Image:
             ]
             argv += ["-f", str(Path(tmp) / "Dockerfile"), tmp]
             env = dict(os.environ, DOCKER_BUILDKIT="1")  # RUN --mount needs BuildKit
+            before = _dangling(engine)
             result = subprocess.run(argv, env=env, capture_output=True, text=True)
         if result.returncode != 0:
-            sys.stderr.write(result.stdout[-4000:] + result.stderr[-4000:])
-            raise EngineError(f"{engine.name} build of {tag} failed (output above)")
+            # The steps of the failed build that ran, each the parent of the next: removing
+            # the last leaves its parent untagged and childless in turn.
+            while left := _dangling(engine) - before:
+                if not any(engine("rmi", layer).returncode == 0 for layer in left):
+                    break
+            output = CACHE / "logs" / f"build-{re.sub(r'[^A-Za-z0-9_.-]+', '-', tag)}.log"
+            output.parent.mkdir(parents=True, exist_ok=True)
+            output.write_text(result.stdout + result.stderr)
+            last = (result.stderr.strip() or result.stdout.strip()).splitlines()[-1:] or ["?"]
+            raise EngineError(
+                f"{engine.name} build of {tag} failed: {last[0][:300]} (its output: {output})"
+            )
     ident = image_id(engine, tag) or tag
     seconds = time.monotonic() - started
     log(f"image {tag} {'built' if built else 'reused'} in {seconds:.1f} s ({ident[:19]})")
-    return Image(tag, ident, variant, base, digest, lock_sha, built, seconds)
+    return Image(
+        tag, ident, variant, base, digest, lock_sha, built, seconds,
+        dockerfile_sha256=dockerfile_sha, commit=commit, base_info=base_info,
+        base_in_image=bool(image_labels(engine, tag).get("dew.base.packages")),
+    )  # fmt: skip
+
+
+def _dangling(engine: Engine) -> set[str]:
+    """The untagged images: a failed build leaves the steps it ran as such."""
+    probe = engine("images", "--all", "--quiet", "--no-trunc", "--filter", "dangling=true")
+    return set(probe.stdout.split()) if probe.returncode == 0 else set()
+
+
+def image_from_ref(engine: Engine, ref: str) -> Image:
+    """An existing image of dew's Dockerfile, named by tag or id: it runs its own code."""
+    labels = image_labels(engine, ref)
+    if not image_exists(engine, ref):
+        raise EngineError(f"image {ref} is not present here ({engine.name} images lists them)")
+    if not labels.get("dew.variant"):
+        raise EngineError(f"image {ref} has no dew.variant label: not an image of dew's Dockerfile")
+    base = labels.get("org.opencontainers.image.base.name") or "unknown"
+    digest = labels.get("org.opencontainers.image.base.digest") or "unknown"
+    info = base_record(engine, base, digest) if image_exists(engine, base) else {}
+    commit = labels.get("dew.commit")
+    return Image(
+        ref, image_id(engine, ref) or ref, labels["dew.variant"], base, digest,
+        labels.get("dew.lock.sha256") or "unknown", False, 0.0,
+        dockerfile_sha256=labels.get("dew.dockerfile.sha256"),
+        commit=None if commit in (None, "", "unknown") else commit, base_info=info,
+        base_in_image=bool(labels.get("dew.base.packages")),
+    )  # fmt: skip
 
 
 # --- running -----------------------------------------------------------------------------
 
 
-def git_commit() -> tuple[str | None, bool | None]:
+def git_commit(root: Path = ROOT) -> tuple[str | None, bool | None]:
     """The checkout's commit and whether tracked files differ from it."""
-    head = _run(["git", "-C", str(ROOT), "rev-parse", "HEAD"])
+    head = _run(["git", "-C", str(root), "rev-parse", "HEAD"])
     if head.returncode != 0:
         return None, None
-    status = _run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"])
+    status = _run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"])
     return head.stdout.strip(), bool(status.stdout.strip())
+
+
+def git_diff_sha256(root: Path = ROOT) -> str | None:
+    """sha256 of `git diff HEAD --binary` (stripped): which uncommitted change a dirty run
+    ran. dew.bench.environment hashes the same text on the host."""
+    diff = _run(["git", "-C", str(root), "diff", "HEAD", "--binary"])
+    text = diff.stdout.strip()
+    return hashlib.sha256(text.encode()).hexdigest() if diff.returncode == 0 and text else None
+
+
+_IMAGE_USERS: dict[str, tuple[int, int]] = {}
+
+
+def image_user(engine: Engine, ref: str) -> tuple[int, int]:
+    """The uid and gid of the image's USER (dew's image: dew, 10001)."""
+    if ref not in _IMAGE_USERS:
+        probe = engine("run", "--rm", *host_run_flags(engine, ref), "--network", "none", ref,
+                       "sh", "-c", "id -u; id -g")  # fmt: skip
+        ids = probe.stdout.split()
+        if probe.returncode != 0 or len(ids) != 2 or not all(i.isdigit() for i in ids):
+            raise EngineError(
+                f"cannot read the user of {ref} (`id -u` in it: {probe.stderr.strip()})"
+            )
+        _IMAGE_USERS[ref] = (int(ids[0]), int(ids[1]))
+    return _IMAGE_USERS[ref]
+
+
+def user_flags(engine: Engine, image: Image) -> tuple[list[str], tuple[int, int] | None]:
+    """How the container runs as the image's own non-root user, and whom the results
+    written through the mounts must be handed back to (None: they already are the caller's).
+
+    A root caller (rootful podman, docker): the image's user, with the directories the
+    command writes into handed to it for the run and back to the caller afterwards.
+    Rootless podman: the caller's id is mapped onto the image's user (keep-id). Docker
+    without root maps nothing per container: there the caller's own (non-root) uid runs."""
+    uid, gid = image_user(engine, image.ref)
+    if os.geteuid() == 0:
+        return ["--user", f"{uid}:{gid}"], (uid, gid)
+    if engine.name == "podman":
+        return ["--userns", f"keep-id:uid={uid},gid={gid}", "--user", f"{uid}:{gid}"], None
+    return ["--user", f"{os.getuid()}:{os.getgid()}"], None
 
 
 def run_argv(
@@ -432,49 +716,128 @@ def run_argv(
     mounts: Sequence[tuple[Path, str, str]] = (),
     gpu: bool = False,
 ) -> list[str]:
-    """`engine run` for one command in the image, with the checkout's code and results,
-    and the persistent XLA compilation cache at IMAGE_XLA_CACHE (the caller passes it to
-    the tool, so the record's command shows it).
+    """`engine run` for one command in the image, with the checkout's results and the
+    persistent XLA compilation cache at IMAGE_XLA_CACHE (the caller passes it to the tool,
+    so the record's command shows it).
 
-    The image holds the stack; the checkout's src/ and tools/ are mounted over the copies
-    inside, so a reused image runs the code being benchmarked, and the run records the
-    checkout's commit. The caller's uid writes the results, so they belong to the caller.
-    """
-    commit, dirty = git_commit()
+    The checkout's image holds the stack; the checkout's src/ and tools/ are mounted over
+    the copies inside, so a reused image runs the code being benchmarked, and the run
+    records the checkout's commit (and, when dirty, the hash of its diff). An image with a
+    commit of its own (a materialised stack) runs its own code and records that commit.
+    The container runs as the image's user; what it writes belongs to the caller (see
+    user_flags)."""
+    if image.commit is None:
+        commit, dirty = git_commit()
+        diff = git_diff_sha256() if dirty else None
+    else:
+        commit, dirty, diff = image.commit, False, None
     xla_cache = CACHE / "xla"
     xla_cache.mkdir(parents=True, exist_ok=True)
     results = ROOT / "results"
     results.mkdir(exist_ok=True)
-    argv = [engine.name, "run", "--rm", *host_run_flags(engine, image.ref)]
-    argv += ["--user", f"{os.getuid()}:{os.getgid()}", "--network", "none"]
+    user, hand_back = user_flags(engine, image)
+    argv = [engine.name, "run", "--rm", *host_run_flags(engine, image.ref), *user]
+    argv += ["--network", "none"]
     # The idle check must see the host's other processes; grain's workers share memory.
     argv += ["--pid=host", "--shm-size=8g"]
     if gpu:
         argv += engine.gpu_flags()
-    volumes = [
-        (ROOT / "src", f"{IMAGE_ROOT}/src", "ro"),
-        (ROOT / "tools", f"{IMAGE_ROOT}/tools", "ro"),
+    volumes = []
+    if image.commit is None:
+        volumes += [(ROOT / "src", f"{IMAGE_ROOT}/src", "ro")]
+        volumes += [(ROOT / "tools", f"{IMAGE_ROOT}/tools", "ro")]
+    volumes += [
         (results, f"{IMAGE_ROOT}/results", "rw"),
         (xla_cache, IMAGE_XLA_CACHE, "rw"),
         *mounts,
     ]
+    volumes = [(Path(host), inside, mode) for host, inside, mode in volumes if Path(host).exists()]
     for host, inside, mode in volumes:
-        if Path(host).exists():
-            argv += ["-v", f"{Path(host).resolve()}:{inside}:{mode}"]
+        argv += ["-v", f"{host.resolve()}:{inside}:{mode}"]
     variables = {
         **image.labels_env(),
         "DEW_COMMIT": commit or "unknown",
         "DEW_DIRTY": "1" if dirty else "0",
+        **({"DEW_DIFF_SHA256": diff} if diff else {}),
         "HOME": "/tmp",
         **dict(env),
     }
     for key, value in variables.items():
         argv += ["-e", f"{key}={value}"]
     argv += ["-w", IMAGE_ROOT, image.ref, *command]
+    if hand_back:
+        writable = [(host, inside) for host, inside, mode in volumes if mode == "rw"]
+        written = written_dirs(command, writable)
+        if written:
+            owner = f"{hand_back[0]}:{hand_back[1]}"
+            wrapper = [sys.executable, str(Path(__file__).resolve()), "hand-over", owner]
+            argv = [*wrapper, *map(str, written), "--", *argv]
     return argv
+
+
+def written_dirs(command: Sequence[str], volumes: Sequence[tuple[Path, str]]) -> list[Path]:
+    """The host directories the command may write into: for every argument (or `--x=` value)
+    inside a writable mount, that directory, or the nearest existing one above the file."""
+    found: list[Path] = []
+    for arg in command:
+        for value in {arg, arg.partition("=")[2]} - {""}:
+            for host, inside in volumes:
+                if value != inside and not value.startswith(inside.rstrip("/") + "/"):
+                    continue
+                path = host.resolve() / value[len(inside) :].lstrip("/")
+                while path != host.resolve() and not path.is_dir():
+                    path = path.parent
+                found.append(path)
+    chosen = sorted(set(found), key=lambda p: len(p.parts))
+    return [p for i, p in enumerate(chosen) if not any(p.is_relative_to(q) for q in chosen[:i])]
+
+
+def _chown_tree(top: Path, frm: int, to: tuple[int, int], dirs_only: bool) -> None:
+    """lchown what `frm` owns under `top` (symlinks are not followed)."""
+    for folder, subdirs, files in os.walk(top):
+        # os.walk does not descend into a linked directory: the link itself is chowned.
+        links = [d for d in subdirs if os.path.islink(os.path.join(folder, d))]
+        names = [folder] + ([] if dirs_only else [os.path.join(folder, f) for f in files + links])
+        for name in names:
+            try:
+                if os.lstat(name).st_uid == frm:
+                    os.chown(name, *to, follow_symlinks=False)
+            except OSError:
+                pass
+
+
+def hand_over(argv: Sequence[str]) -> int:
+    """`engine.py hand-over UID:GID DIR... -- ENGINE RUN ...`: lend the directories to the
+    image's user for the run, run it, then give everything it wrote back to the caller."""
+    owner, *rest = argv
+    split = rest.index("--")
+    dirs, command = [Path(d) for d in rest[:split]], rest[split + 1 :]
+    uid, gid = (int(part) for part in owner.split(":"))
+    caller = (os.getuid(), os.getgid())
+    for folder in dirs:
+        _chown_tree(folder, caller[0], (uid, gid), dirs_only=True)
+    try:
+        return subprocess.call(command)
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        for folder in dirs:
+            _chown_tree(folder, uid, caller, dirs_only=False)
 
 
 def to_image_path(host_path: Path) -> str:
     """Where a path under the checkout's results/ appears inside the container."""
     relative = Path(host_path).resolve().relative_to((ROOT / "results").resolve())
     return f"{IMAGE_ROOT}/results/{relative.as_posix()}"
+
+
+def _interrupt(*_) -> None:
+    raise KeyboardInterrupt
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["hand-over"]:
+        # A stopped session must still give the results back: SIGTERM unwinds like Ctrl-C.
+        signal.signal(signal.SIGTERM, _interrupt)
+        sys.exit(hand_over(sys.argv[2:]))
+    sys.exit(f"usage: {sys.argv[0]} hand-over UID:GID DIR... -- COMMAND...")

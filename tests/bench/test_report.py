@@ -7,6 +7,7 @@ import pytest
 
 from dew.bench import report
 from dew.bench.schema import StepRow, read_run
+from dew.bench.site import figure
 
 PUBLISHED = Path(__file__).resolve().parents[2] / "results" / "published"
 RERUN = PUBLISHED / "2026-09-05-rtx4080-9886c20-rerun.json"
@@ -23,10 +24,17 @@ def test_tables_name_rows_by_their_label():
     assert table.splitlines()[2].startswith("| unet (moe) | — | — | failed: boom |")
 
 
-def test_bar_chart_replaces_the_file_whole(tmp_path):
+def _chart_rows():
+    from types import SimpleNamespace
+
+    run = StepRow(architecture="a", status="ok", ms_per_step=1.0)
+    return [SimpleNamespace(label="a", run=run, reference=run)]
+
+
+def test_the_chart_replaces_the_file_whole(tmp_path):
     chart = tmp_path / "chart.png"
     chart.write_bytes(b"the previous chart")
-    report.bar_chart(chart, ["a", "b"], {"run": [1.0, None]}, ylabel="ms", title="t")
+    figure.comparison_chart(chart, _chart_rows(), "ms_per_step", "run", "ref")
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert [p.name for p in tmp_path.iterdir()] == ["chart.png"]  # no temporary left
 
@@ -44,6 +52,6 @@ def test_a_chart_that_fails_to_render_leaves_the_old_file_and_no_temporary(tmp_p
     chart = tmp_path / "chart.png"
     chart.write_bytes(b"the previous chart")
     with pytest.raises(OSError):
-        report.bar_chart(chart, ["a"], {"run": [1.0]}, ylabel="ms", title="t")
+        figure.comparison_chart(chart, _chart_rows(), "ms_per_step", "run", "ref")
     assert chart.read_bytes() == b"the previous chart"
     assert [p.name for p in tmp_path.iterdir()] == ["chart.png"]

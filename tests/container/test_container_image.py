@@ -6,6 +6,7 @@ a missing engine or debootstrap a failure. The base, the wheelhouse and the imag
 cached (podman's store, ~/.cache/dew), so only the first run on a machine pays for them.
 """
 
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -98,3 +99,102 @@ def test_a_cpu_smoke_case_in_the_image_records_the_container(engine, cpu_image, 
     assert container["base_image_digest"] == cpu_image.base_digest
     assert container["lock_sha256"] == cpu_image.lock_sha256
     assert container["variant"] == "cpu"
+    assert container["tag"] == cpu_image.ref and container["base_packages"]
+    assert (out / "step.json").stat().st_uid == os.getuid()
+
+
+def _stacks():
+    sys.modules["dew_engine"] = containers  # stacks.py uses this module: one EngineError
+    spec = importlib.util.spec_from_file_location("dew_stacks", ROOT / "docker" / "stacks.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_record_names_the_whole_stack(engine, cpu_image, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    probe = (
+        "import json, sys; from dew.bench.environment import capture; "
+        "json.dump(capture().model_dump(mode='json'), open(sys.argv[1], 'w'))"
+    )
+    result = _run(
+        engine, cpu_image, ["python", "-c", probe, "/out/env.json"], [(out, "/out", "rw")]
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    environment = json.loads((out / "env.json").read_text())
+    container, code = environment["container"], environment["code"]
+    assert container["tag"] == cpu_image.ref
+    dockerfile = hashlib.sha256((ROOT / "docker" / "Dockerfile").read_bytes()).hexdigest()
+    assert container["dockerfile_sha256"] == dockerfile
+    assert container["base_image"] == cpu_image.base
+    assert container["base_suite"] == "trixie" and container["base_snapshot"]
+    assert any(item.startswith("python3=") for item in container["base_packages"])
+    assert container["base_rebuild"].startswith(("debootstrap", "pull ", "cannot be rebuilt"))
+    head, dirty = containers.git_commit()
+    assert code["commit"] == head and code["dirty"] == dirty
+    assert (code["diff_sha256"] is not None) == bool(dirty)
+
+
+def test_a_root_caller_runs_as_the_image_user_and_keeps_what_it_writes(engine, cpu_image, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    script = "id -u > $0/uid; mkdir $0/made; id -un > $0/made/name"
+    result = _run(engine, cpu_image, ["sh", "-c", script, "/out"], [(out, "/out", "rw")])
+    assert result.returncode == 0, result.stderr[-2000:]
+    uid, _ = containers.image_user(engine, cpu_image.ref)
+    assert int((out / "uid").read_text()) == uid != 0  # dew's image: dew, 10001
+    assert (out / "made" / "name").read_text().strip() == "dew"
+    for path in (out, out / "uid", out / "made", out / "made" / "name"):
+        assert path.stat().st_uid == os.getuid()  # the caller's, root or not
+
+
+def test_a_stack_materialised_at_head_runs_and_labels_that_commit(engine, cpu_image):
+    stacks = _stacks()
+    head = containers.git_commit()[0]
+    before = subprocess.run(["git", "worktree", "list"], capture_output=True, text=True, cwd=ROOT)
+    built = []
+    spec = stacks.StackSpec(head, "cpu", "commit HEAD")
+    image = stacks.materialise(engine, spec, cpu_image.base, built, log=lambda *_: None)
+    try:
+        labels = containers.image_labels(engine, image.ref)
+        assert labels["dew.commit"] == head and image.commit == head
+        assert image.ref.startswith(f"localhost/dew-stack:cpu-{head[:12]}-")
+        result = _run(engine, image, ["python", "-c", "import os; print(os.environ['DEW_COMMIT'])"])
+        assert result.stdout.strip() == head
+        after = subprocess.run(
+            ["git", "worktree", "list"], capture_output=True, text=True, cwd=ROOT
+        )
+        assert after.stdout == before.stdout  # the worktree is gone once the image is built
+    finally:
+        stacks.remove_built(engine, built)
+
+
+def test_a_stack_whose_image_fails_to_build_leaves_nothing(
+    engine, cpu_image, monkeypatch, tmp_path
+):
+    stacks = _stacks()
+    broken = tmp_path / "tree"
+    for part in ("src", "tools", "locks", "docker"):
+        (broken / part).mkdir(parents=True)
+    for name in ("pyproject.toml", "README.md", "locks/cpu.txt"):
+        (broken / name).write_bytes((ROOT / name).read_bytes())
+    (broken / "docker" / "Dockerfile").write_text(
+        "ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\nRUN exit 3\n"
+    )
+
+    @contextlib.contextmanager
+    def worktree(commit, root=ROOT):
+        yield broken
+
+    monkeypatch.setattr(stacks, "worktree", worktree)
+    built = []
+    spec = stacks.StackSpec("0" * 40, "cpu", "commit broken")
+    with pytest.raises(
+        containers.EngineError, match="build of localhost/dew-stack:cpu-000000000000"
+    ):
+        stacks.materialise(engine, spec, cpu_image.base, built, log=lambda *_: None)
+    assert built == []
+    tag = containers.image_tag("cpu", cpu_image.base_digest, broken, "0" * 40)
+    assert not containers.image_exists(engine, tag)

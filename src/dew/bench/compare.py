@@ -37,6 +37,7 @@ from dew.bench import cli, files, report, stats
 from dew.bench.cli import UsageError
 from dew.bench.repeats import data_groups, step_groups
 from dew.bench.schema import BenchmarkRun, DataRow, StepRow
+from dew.bench.site.figure import comparison_chart
 from dew.bench.stack import StackDifference, same_device, stack_differences
 from dew.bench.validate import check_file, load
 
@@ -410,7 +411,7 @@ def _compare(args: Args) -> int:
         ok = cmp.reproduced and not (args.strict and cmp.undecided)
     if plot_path is not None:
         try:
-            report.comparison_chart(plot_path, rows, field, str(run_path), str(ref_path))
+            comparison_chart(plot_path, rows, field, str(run_path), str(ref_path))
         except OSError as error:  # the place was checked; a full disk still ends here
             raise UsageError(f"--plot {plot_path}: {cli.one_line(error)}") from None
         print(f"chart: {plot_path}", file=sys.stderr)

@@ -8,6 +8,7 @@ list of jax devices), from a backend that is already up, or from NVML.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import importlib.util
 import os
@@ -77,11 +78,19 @@ JAX_CONFIG_KEYS = (
 # Build labels a container image passes in when it has no .git.
 COMMIT_VARIABLES = ("DEW_COMMIT", "GIT_COMMIT", "SOURCE_COMMIT")
 DIRTY_VARIABLE = "DEW_DIRTY"
+DIFF_VARIABLE = "DEW_DIFF_SHA256"
 CONTAINER_VARIABLES = {
     "image_id": "DEW_IMAGE_ID",
     "base_image_digest": "DEW_BASE_IMAGE_DIGEST",
     "lock_sha256": "DEW_LOCK_SHA256",
     "variant": "DEW_VARIANT",
+    "tag": "DEW_IMAGE_TAG",
+    "dockerfile_sha256": "DEW_DOCKERFILE_SHA256",
+    "base_image": "DEW_BASE_IMAGE",
+    "base_suite": "DEW_BASE_SUITE",
+    "base_snapshot": "DEW_BASE_SNAPSHOT",
+    "base_packages": "DEW_BASE_PACKAGES",
+    "base_rebuild": "DEW_BASE_REBUILD",
 }
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -124,10 +133,19 @@ def capture(
             jax_config=_jax_config(),
             processes=processes,
             scheduler=_scheduler(environ),
+            gpus=_gpus(nvml),
         )
     finally:
         if nvml:
             nvml.close()
+
+
+def _gpus(nvml: _Nvml | None) -> list[Any] | None:
+    """Every NVIDIA card's settings (dew.telemetry.nvml.gpu_infos); None without NVML."""
+    from dew.bench.schema import GpuInfo
+    from dew.telemetry.nvml import gpu_infos
+
+    return None if nvml is None else [GpuInfo(**info) for info in gpu_infos(nvml.nv) or []]
 
 
 def _scheduler(environ: Mapping[str, str]) -> Scheduler | None:
@@ -345,6 +363,8 @@ def _container(environ: Mapping[str, str]) -> Container | None:
         engine, info = "unknown", {}
     if not labels["image_id"]:
         labels["image_id"] = info.get("imageid") or info.get("image")
+    if labels["base_packages"] is not None:  # name=version,name=version,...
+        labels["base_packages"] = [item for item in labels["base_packages"].split(",") if item]
     return Container(engine=engine, **labels)
 
 
@@ -364,7 +384,9 @@ def _code(repo: Path, environ: Mapping[str, str]) -> Code:
     commit = _git(repo, "rev-parse", "HEAD")
     if commit:
         status = _git(repo, "status", "--porcelain", "--untracked-files=no")
-        return Code(commit=commit, dirty=bool(status), source="git")
+        diff = _git(repo, "diff", "HEAD", "--binary") if status else None  # as docker/engine.py
+        digest = hashlib.sha256(diff.encode()).hexdigest() if diff else None
+        return Code(commit=commit, dirty=bool(status), source="git", diff_sha256=digest)
     for var in COMMIT_VARIABLES:
         if _label(environ, var):
             dirty = _label(environ, DIRTY_VARIABLE)
@@ -372,6 +394,7 @@ def _code(repo: Path, environ: Mapping[str, str]) -> Code:
                 commit=environ[var],
                 dirty=None if dirty is None else dirty.lower() in ("1", "true", "yes"),
                 source="label",
+                diff_sha256=_label(environ, DIFF_VARIABLE),
             )
     return Code(commit=None, dirty=None, source=None)
 

@@ -1,24 +1,21 @@
-"""Tables and charts of result records: the seed's layout (tab-separated) or Markdown.
+"""Tables of result records: the seed's layout (tab-separated) or Markdown.
 
 step_table(rows, fmt)      the step benchmark's table, columns as in the seed
                            (compile_only=True: the --compile-only columns)
 data_table(rows, fmt)      the loader benchmark's table
 comparison(cmp, ...)       dew.bench.compare's report: stack differences, ratios, verdict
 table(headers, rows, fmt)  any table: "tsv" (the seed's layout), "md", or "aligned"
-bar_chart(...)             a PNG bar chart (matplotlib, loaded only when asked), written
-                           atomically; comparison_chart(...) the run against its reference
+
+Figures (a row with its interval, compare --plot, the site) are dew.bench.site.figure's.
 
 A row names itself: `row.label()` (dew.bench.schema) is the first cell of every table.
 """
 
 from __future__ import annotations
 
-import io
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dew.bench.files import atomic_write
 from dew.bench.schema import BenchmarkRun, DataRow, StepRow
 
 if TYPE_CHECKING:  # compare imports this module to print its results
@@ -304,81 +301,3 @@ def _interval_text(row, timing: str) -> str:
     if timing == "samples_per_s":
         low, high = 1 / high, 1 / low
     return f" [{low:.3f}, {high:.3f}]"
-
-
-def comparison_chart(path: Path, rows, field: str, run_label: str, reference_label: str) -> Path:
-    """`field` of the run against the reference, per row with both sides; `rows` have
-    .label, .run and .reference (compare.RowComparison, parity.ParityRow)."""
-    rows = [r for r in rows if r.run is not None and r.reference is not None]
-    sides = {
-        f"run: {Path(run_label).stem}": [r.run for r in rows],
-        f"reference: {Path(reference_label).stem}": [r.reference for r in rows],
-    }
-    series = {name: [getattr(row, field) for row in side] for name, side in sides.items()}
-    errors = {name: [_row_interval(row, field) for row in side] for name, side in sides.items()}
-    name = COLUMN_NAMES[field]
-    return bar_chart(
-        path, [r.label for r in rows], series, ylabel=name, errors=errors,
-        title=f"{name}: run against reference (bars: 95% intervals where a row has samples)",
-    )  # fmt: skip
-
-
-def _row_interval(row, field: str) -> tuple[float, float] | None:
-    interval = {"ms_per_step": "ms_per_step_ci95", "samples_per_s": "samples_per_s_ci95"}
-    value = getattr(row, interval.get(field, ""), None)
-    return tuple(value) if value else None
-
-
-# --- charts -------------------------------------------------------------------------------
-
-
-def bar_chart(
-    path: str | Path,
-    labels: Sequence[str],
-    series: dict[str, Sequence[float | None]],
-    *,
-    ylabel: str,
-    title: str,
-    errors: dict[str, Sequence[tuple[float, float] | None]] | None = None,
-) -> Path:
-    """Grouped bars, one group per label, one bar per series (None leaves a gap); `errors`
-    draws each bar's interval (low, high) where it has one."""
-    # The object API with the Agg canvas: no display needed, and no pyplot, whose import
-    # (backend discovery) costs seconds.
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    path = Path(path)
-    n = max(len(series), 1)
-    width = 0.8 / n
-    fig = Figure(figsize=(max(6.0, 0.9 * len(labels) + 2), 4.5))
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    for i, (name, values) in enumerate(series.items()):
-        xs = [j + (i - (n - 1) / 2) * width for j in range(len(labels))]
-        heights = [v if v is not None else 0.0 for v in values]
-        bars = ax.bar(xs, heights, width, label=name)
-        intervals = (errors or {}).get(name) or [None] * len(xs)
-        for x, v, interval in zip(xs, values, intervals, strict=True):
-            if v is not None and interval is not None:
-                low, high = interval
-                ax.errorbar(x, v, yerr=[[v - low], [high - v]], color="black", capsize=3, lw=1)
-        for bar, v in zip(bars, values, strict=True):
-            if v is not None:
-                ax.annotate(
-                    f"{v:.3g}",
-                    (bar.get_x() + bar.get_width() / 2, v),
-                    ha="center",
-                    va="bottom",
-                    fontsize=7,
-                )
-    ax.set_xticks(range(len(labels)))
-    ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=8)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8, loc="upper left")
-    ax.margins(y=0.15)  # room above the tallest bar for the legend and labels
-    fig.tight_layout()
-    png = io.BytesIO()
-    fig.savefig(png, format="png", dpi=120)
-    return atomic_write(path, png.getvalue())  # a reader sees the old chart or the new one

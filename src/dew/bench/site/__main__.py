@@ -1,0 +1,5 @@
+import sys
+
+from dew.bench.site.build import main
+
+sys.exit(main())

@@ -1,0 +1,150 @@
+"""The tables of the docs, generated from committed records:
+`python -m dew.bench.site.docs [FILES...] [--check]`.
+
+A table in a Markdown file sits between two markers that say what it is and which records
+it comes from; everything between them is this command's output:
+
+    <!-- dew-table: step results/runs/<run>/step.json -->
+    | architecture | ... |
+    <!-- /dew-table -->
+
+Kinds: `step RECORD` (the step tool's table; a compile-only record gets its columns),
+`data RECORD` (the loader tool's table) and `parity RUN REFERENCE` (the parity table that
+`python -m dew.bench.compare RUN REFERENCE` prints for a compile-only run). Paths are
+relative to the repository root (the directory holding pyproject.toml above the file).
+
+Without --check each file's tables are rewritten in place (atomically, only when one
+changed); with --check nothing is written and exit 1 names every table that differs.
+Exit 2: bad input (a file or record missing or invalid, a marker not closed or unknown).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated
+
+import tyro
+
+from dew.bench import cli, report
+from dew.bench.cli import UsageError
+from dew.bench.files import atomic_write
+from dew.bench.validate import load
+
+PROG = "python -m dew.bench.site.docs"
+OPEN = re.compile(r"^<!-- dew-table: (?P<spec>.+?) -->$")
+CLOSE = "<!-- /dew-table -->"
+DEFAULT_FILES = ("docs/performance.md", "README.md")
+
+
+def repository_root(path: Path) -> Path:
+    for parent in Path(path).resolve().parents:
+        if (parent / "pyproject.toml").is_file():
+            return parent
+    return Path.cwd()
+
+
+def render_table(spec: str, root: Path, where: str) -> str:
+    """The Markdown table a marker's spec names."""
+    kind, *paths = spec.split()
+    records = [load(root / p, f"{where}: {kind}") for p in paths]
+    if kind == "step" and len(records) == 1:
+        (record,) = records
+        if record.kind != "step":
+            raise UsageError(f"{where}: {paths[0]} is a {record.kind} record, not a step record")
+        return report.step_table(record.rows, "md", compile_only=bool(record.settings.compile_only))
+    if kind == "data" and len(records) == 1:
+        if records[0].kind != "data":
+            raise UsageError(f"{where}: {paths[0]} is a {records[0].kind} record, not a data one")
+        return report.data_table(records[0].rows, "md")
+    if kind == "parity" and len(records) == 2:
+        from dew.bench import parity
+
+        rows = parity.check(*records)
+        text = parity.render(rows, *records, paths[0], paths[1], "md")
+        return "".join(line + "\n" for line in text.splitlines() if line.startswith("|"))
+    raise UsageError(
+        f"{where}: {spec!r} is not a table spec; use `step RECORD`, `data RECORD` or "
+        "`parity RUN REFERENCE`"
+    )
+
+
+@dataclasses.dataclass
+class Table:
+    file: Path
+    line: int  # 1-based, the opening marker
+    spec: str
+    old: str
+    new: str
+
+
+def regenerate(path: Path) -> tuple[str, list[Table]]:
+    """The file's text with every table regenerated, and each table found."""
+    try:
+        lines = path.read_text().splitlines(keepends=True)
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise UsageError(f"{path}: cannot read: {cli.one_line(error)}") from None
+    root = repository_root(path)
+    out, tables, index = [], [], 0
+    while index < len(lines):
+        line = lines[index]
+        out.append(line)
+        opened = OPEN.match(line.strip())
+        index += 1
+        if not opened:
+            continue
+        start = index
+        while index < len(lines) and lines[index].strip() != CLOSE:
+            index += 1
+        where = f"{path}:{start}"
+        if index == len(lines):
+            raise UsageError(f"{where}: the table marker is not closed by {CLOSE}")
+        old = "".join(lines[start:index])
+        new = render_table(opened["spec"], root, where)
+        tables.append(Table(path, start, opened["spec"], old, new))
+        out.append(new)
+    return "".join(out), tables
+
+
+@dataclasses.dataclass
+class Args:
+    """Regenerate the tables of Markdown files from the records their markers name; with
+    --check, only say which differ. Exit 0: up to date (or rewritten); 1: --check found a
+    table that differs; 2: bad input."""
+
+    files: Annotated[tuple[str, ...], tyro.conf.Positional, tyro.conf.arg(metavar="FILE")] = (
+        DEFAULT_FILES
+    )
+    """Markdown files with <!-- dew-table: ... --> markers"""
+    check: bool = False
+    """write nothing; exit 1 when a table differs from what its records give"""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    return cli.run(PROG, lambda: _main(cli.parse(Args, argv, prog=PROG)))
+
+
+def _main(args: Args) -> int:
+    results = [(Path(name), *regenerate(Path(name))) for name in args.files]  # all or none
+    stale = 0
+    for path, text, tables in results:
+        changed = [t for t in tables if t.old != t.new]
+        stale += len(changed)
+        for table in changed:
+            verb = "differs from" if args.check else "regenerated from"
+            print(f"{path}:{table.line}: table {verb} {table.spec}", file=sys.stderr)
+        if changed and not args.check:
+            atomic_write(path, text)
+        state = "stale" if args.check else "rewritten"
+        print(f"{path}: {len(tables)} tables, {len(changed)} {state}")
+    return cli.EXIT_CHANGED if args.check and stale else cli.EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

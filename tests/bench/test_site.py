@@ -1,0 +1,295 @@
+"""The results site (`nox -s report`): history, change points, pages, bad input, and the
+docs' tables generated from committed records. The browser checks are in
+test_site_browser.py."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from dew.bench.schema import BenchmarkRun, read_run, write_run
+from dew.bench.site import build, docs, figure
+from dew.bench.site.history import build_series
+from dew.bench.site.records import load_all
+
+ROOT = Path(__file__).resolve().parents[2]
+FIRST = ROOT / "results" / "published" / "2026-09-02-rtx4080-6b0f119-small.json"
+START = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+
+
+def make_run(index: int, rows: dict[str, float], *, xla: str = "", commit="abc1234"):
+    """A cpu-smoke step record on 8 simulated CPU devices, `index` hours after START, one
+    row per architecture with a ±3% interval; `xla` is appended to XLA_FLAGS."""
+    base = read_run(FIRST).model_dump(mode="python")
+    env = base["environment"]
+    env["devices"] = {"platform": "cpu", "kind": "cpu", "count": 8, "memory_gib": None}
+    env["driver_version"] = None
+    flags = "--xla_force_host_platform_device_count=8" + (f" {xla}" if xla else "")
+    env["env_flags"] = {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": flags}
+    env["code"] = {"commit": commit, "dirty": False, "source": "git"}
+    base.update(
+        schema_version=2,
+        created=START + timedelta(hours=index),
+        command="python tools/benchmark_step.py --preset cpu-smoke",
+        source=None,
+        note=None,
+        settings={"preset": "cpu-smoke", "steps": 20, "dtype": "bfloat16"},
+        rows=[
+            {"architecture": name, "batch": 8, "sample": "16x16x3", "ms_per_step": value,
+             "ms_per_step_ci95": [value * 0.97, value * 1.03], "status": "ok"}
+            for name, value in rows.items()
+        ],
+    )  # fmt: skip
+    return BenchmarkRun.model_validate(base)
+
+
+def write_history(directory: Path, dit: list[float], uvit: list[float], change_at=None):
+    """One record per run; from run `change_at` on, XLA's optimizations are off."""
+    for i, (a, b) in enumerate(zip(dit, uvit, strict=True)):
+        xla = (
+            "--xla_backend_optimization_level=0" if change_at is not None and i >= change_at else ""
+        )
+        write_run(
+            directory / f"run-{i}" / "step.json",
+            make_run(i, {"simple_dit": a, "uvit": b}, xla=xla, commit=f"c{i:06d}"),
+        )
+
+
+def series_by_label(directory: Path):
+    return {s.label: s for s in build_series(load_all([directory]).entries)}
+
+
+# --- change points --------------------------------------------------------------------------
+
+
+def test_a_real_change_is_flagged_at_the_first_run_after_it_with_its_stack_difference(
+    tmp_path,
+):
+    # simple_dit doubles when XLA's optimizations go off (run 4); uvit, the same runs,
+    # with the noise of the host, doubles too: both flagged at run 4, nothing else.
+    write_history(
+        tmp_path,
+        dit=[20.1, 19.7, 20.6, 20.2, 39.8, 40.9, 40.1],
+        uvit=[30.2, 31.4, 29.6, 30.8, 61.0, 59.2, 60.7],
+        change_at=4,
+    )
+    series = series_by_label(tmp_path)
+    for label in ("simple_dit", "uvit"):
+        (change,) = series[label].changes
+        assert change.index == 4
+        assert change.ratio == pytest.approx(2.0, rel=0.05)
+        point = series[label].points[4]
+        assert point.entry.path.parent.name == "run-4"
+        diffs = {d.what: (d.run, d.reference) for d in point.diffs}
+        assert "--xla_backend_optimization_level=0" in diffs["env XLA_FLAGS"][0]
+        assert "commit" in diffs
+
+
+def test_a_history_without_a_change_flags_nothing(tmp_path):
+    write_history(
+        tmp_path,
+        dit=[20.1, 19.7, 20.6, 20.2, 19.9, 20.9, 20.1],
+        uvit=[30.2, 31.4, 29.6, 30.8, 31.0, 29.2, 30.7],
+    )
+    assert all(not s.changes for s in series_by_label(tmp_path).values())
+
+
+def test_noise_within_the_band_is_no_change_and_a_real_step_is():
+    from dew.bench.site.history import Point, change_points
+
+    class Row:  # only what a Point's value needs
+        pass
+
+    def points(values):
+        return [Point(None, Row(), v, (v * 0.97, v * 1.03)) for v in values]
+
+    rng = random.Random(0)
+    for _ in range(100):  # 2% noise (sd), 4 to 12 runs: never flagged
+        flat = [20 * (1 + rng.gauss(0, 0.02)) for _ in range(rng.randint(4, 12))]
+        assert change_points(points(flat))[1] == [], flat
+    flagged = 0
+    for _ in range(50):  # a 25% step in 1% noise: flagged where it is
+        values = [20 * (1 + rng.gauss(0, 0.01)) for _ in range(4)]
+        values += [25 * (1 + rng.gauss(0, 0.01)) for _ in range(4)]
+        changes = change_points(points(values))[1]
+        flagged += [c.index for c in changes] == [4]
+    assert flagged >= 48
+    assert change_points(points([20.0, 40.0]))[1] == []  # two runs: no history yet
+
+
+# --- the site ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def records(tmp_path):
+    """A history with a change, the published records beside it."""
+    runs = tmp_path / "results" / "runs"
+    write_history(
+        runs, [20.1, 19.7, 20.6, 20.2, 39.8, 40.9], [30.2, 31.4, 29.6, 30.8, 61.0, 59.2], 4
+    )
+    published = tmp_path / "results" / "published"
+    published.mkdir(parents=True)
+    (published / FIRST.name).write_bytes(FIRST.read_bytes())
+    return tmp_path / "results"
+
+
+def test_site_has_every_architecture_run_and_change_and_fetches_nothing(records, capsys):
+    out = records.parent / "site"
+    assert build.main([str(records), "--out", str(out)]) == 0
+    printed = capsys.readouterr()
+    assert printed.err == ""
+    assert f"site: {out / 'index.html'}" in printed.out and "2 change points flagged" in printed.out
+    index = (out / "index.html").read_text()
+    labels = {row.label() for row in read_run(FIRST).rows} | {"simple_dit", "uvit"}
+    for label in labels:
+        assert f'data-architecture="{label}"' in index
+        assert (out / "arch" / f"{label.replace('_', '-')}.html").is_file()
+    assert len(list((out / "runs").glob("*.html"))) == 7
+    # The published row beside the CPU run of the same case, on its own device.
+    assert "7.90 ms, batch 16, RTX 4080 ×1, 2026-09-02" in index
+    page = (out / "arch" / "simple-dit.html").read_text()
+    assert "<svg" in page and "Change point: +" in page and "env XLA_FLAGS" in page
+    for html in out.rglob("*.html"):  # every script and style is the site's own
+        text = html.read_text()
+        for fetch in ('src="http', "src='http", 'href="http', "url(http", "@import", "//cdn"):
+            assert fetch not in text, (html, fetch)
+    assert (out / "static" / "site.js").is_file() and (out / "static" / "site.css").is_file()
+
+
+def test_an_invalid_record_is_skipped_in_one_line_and_the_site_still_written(records, capsys):
+    (records / "runs" / "broken.json").write_text('{"schema_version": 2, "kind": "step"}')
+    (records / "runs" / "binary.json").write_bytes(b"\xff\xfe\x00")
+    out = records.parent / "site"
+    assert build.main([str(records), "--out", str(out)]) == 0
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 2
+    assert all(line.startswith("python -m dew.bench.site: skipped: ") for line in lines)
+    assert any("broken.json: $." in line for line in lines)
+    assert any("binary.json" in line and "not a text file" in line for line in lines)
+    assert (out / "index.html").is_file()
+
+
+def test_an_empty_directory_is_one_line_and_writes_nothing(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    out = tmp_path / "site"
+    assert build.main([str(tmp_path / "empty"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0
+    assert err.startswith("python -m dew.bench.site: error: no valid record under ")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "where, message",
+    [
+        ("file.txt/site", "is not a directory"),  # under a regular file: unwritable, as root
+        ("/proc/dew-site", "cannot be written"),
+    ],
+)
+def test_an_unwritable_output_is_one_line_before_any_work(records, capsys, where, message):
+    (records.parent / "file.txt").write_text("keep me\n")
+    out = where if where.startswith("/") else str(records.parent / where)
+    assert build.main([str(records), "--out", out]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and message in err and "--out" in err
+    assert (records.parent / "file.txt").read_text() == "keep me\n"
+
+
+def test_another_directory_is_never_replaced_and_our_site_is(records, capsys):
+    other = records.parent / "notes"
+    other.mkdir()
+    (other / "mine.txt").write_text("keep me\n")
+    assert build.main([str(records), "--out", str(other)]) == 2
+    assert "did not write" in capsys.readouterr().err
+    assert (other / "mine.txt").read_text() == "keep me\n"
+    # The records' own directory is never an output.
+    assert build.main([str(records), "--out", str(records)]) == 2
+    assert "holds the records read" in capsys.readouterr().err
+    out = records.parent / "site"
+    assert build.main([str(records), "--out", str(out)]) == 0
+    (out / "stale.html").write_text("old page")
+    assert build.main([str(records), "--out", str(out)]) == 0  # ours: replaced whole
+    assert not (out / "stale.html").exists() and (out / "index.html").is_file()
+
+
+def test_missing_directory_and_bad_flag_are_one_line(tmp_path, capsys):
+    assert build.main([str(tmp_path / "nowhere"), "--out", str(tmp_path / "s")]) == 2
+    assert "no such directory" in capsys.readouterr().err
+    assert build.main(["--no-such-flag"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_the_repository_records_render(tmp_path, capsys):
+    out = tmp_path / "site"
+    assert build.main([str(ROOT / "results"), "--out", str(out)]) == 0
+    index = (out / "index.html").read_text()
+    loaded = load_all([ROOT / "results"])
+    assert not [line for line in loaded.skipped if "/published/" in line]
+    for entry in loaded.entries:
+        for row in entry.record.rows if entry.record.kind == "step" else ():
+            assert f'data-architecture="{row.label()}"' in index, (entry.path, row.label())
+
+
+# --- the figure compare --plot shares ----------------------------------------------------------
+
+
+def test_the_comparison_chart_is_the_sites_figure(tmp_path):
+    from dew.bench import compare
+
+    rerun = ROOT / "results" / "published" / "2026-09-05-rtx4080-9886c20-rerun.json"
+    cmp = compare.compare(read_run(rerun), read_run(FIRST))
+    png = figure.comparison_chart(tmp_path / "chart.png", cmp.rows, "ms_per_step", "a", "b")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    svg = figure.svg_element(figure.draw([figure.Panel("row", [figure.Mark("run", 1.0)])]))
+    assert svg.startswith("<svg") and svg == figure.svg_element(
+        figure.draw([figure.Panel("row", [figure.Mark("run", 1.0)])])
+    )  # the same records make the same page
+
+
+# --- the docs' tables -------------------------------------------------------------------------
+
+
+def test_docs_tables_are_regenerated_and_checked(tmp_path, capsys):
+    (tmp_path / "pyproject.toml").write_text("")
+    record = tmp_path / "results" / "runs" / "a" / "step.json"
+    write_run(record, make_run(0, {"simple_dit": 20.0}))
+    page = tmp_path / "docs" / "page.md"
+    page.parent.mkdir()
+    marker = "<!-- dew-table: step results/runs/a/step.json -->"
+    page.write_text(f"# Page\n\n{marker}\n| stale |\n<!-- /dew-table -->\n\nAfter.\n")
+    assert docs.main(["--check", str(page)]) == 1
+    assert f"{page}:3: table differs from step results/runs/a/step.json" in capsys.readouterr().err
+    assert docs.main([str(page)]) == 0
+    text = page.read_text()
+    assert "| simple_dit | 16x16x3 | 8 |" in text and text.endswith(
+        "<!-- /dew-table -->\n\nAfter.\n"
+    )
+    capsys.readouterr()
+    assert docs.main(["--check", str(page)]) == 0
+    page.write_text(f"{marker}\n| never closed |\n")
+    assert docs.main([str(page)]) == 2
+    assert "not closed" in capsys.readouterr().err
+    page.write_text("<!-- dew-table: pie results/runs/a/step.json -->\n<!-- /dew-table -->\n")
+    assert docs.main([str(page)]) == 2
+    assert "is not a table spec" in capsys.readouterr().err
+
+
+def test_every_table_in_the_docs_is_what_its_records_give(capsys):
+    files = [str(ROOT / "docs" / "performance.md"), str(ROOT / "README.md")]
+    assert docs.main(["--check", *files]) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert "docs/performance.md: 0 tables" not in out
+
+
+def test_one_slow_latest_run_is_no_change_point_but_is_said(tmp_path, capsys):
+    write_history(tmp_path, dit=[20.1, 19.7, 20.6, 20.2, 40.3], uvit=[30.2, 31.4, 29.6, 30.8, 30.1])
+    series = series_by_label(tmp_path)
+    dit = series["simple_dit"]
+    assert dit.changes == [] and dit.pending.startswith("latest run +")
+    assert series["uvit"].pending is None
+    out = tmp_path / "site"
+    assert build.main([str(tmp_path), "--out", str(out)]) == 0
+    assert "run again to confirm a change" in (out / "index.html").read_text()
