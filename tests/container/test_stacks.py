@@ -127,7 +127,7 @@ def test_the_issue_command_line_parses():
     args = stacks.parse_ab(["HEAD~3", "HEAD", "--preset", "cpu-smoke", "--architectures",
                             "simple_dit", "uvit", "--a-env", "XLA_FLAGS=--x=1",
                             "--b-xla-flags", "--xla_cpu_y=2"])  # fmt: skip
-    assert (args.a, args.b, args.rounds, args.preset) == ("HEAD~3", "HEAD", 5, "cpu-smoke")
+    assert (args.a, args.b, args.rounds, args.preset) == ("HEAD~3", "HEAD", 7, "cpu-smoke")
     assert args.architectures == ["simple_dit", "uvit"]
     env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
     assert stacks.side_env(env, args, "A")["XLA_FLAGS"] == "--x=1"
