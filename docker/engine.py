@@ -598,6 +598,11 @@ def build_image(
                 },
             }
             argv = [engine.name, "build", *engine.build_flags, "-t", tag]
+            if commit:
+                # A stack image carries its commit in labels and ENV from build args, and the
+                # layer cache does not key on them (podman 4.3 reused a layer built for
+                # another commit of the same tree): build it whole.
+                argv.append("--no-cache")
             argv += [
                 arg for key, val in build_args.items() for arg in ("--build-arg", f"{key}={val}")
             ]
