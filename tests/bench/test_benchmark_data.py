@@ -30,14 +30,6 @@ def prepared(tmp_path_factory):
     return write_prepared(path, "oxford_flowers102", {"train": records}, CLASS_NAMES)
 
 
-@pytest.fixture(scope="module")
-def prepared_synthetic(tmp_path_factory):
-    """What tools/prepare_dataset.py --synthetic N writes: a set named synthetic_images."""
-    from dew.data.synthetic import prepare_synthetic
-
-    return prepare_synthetic(8, tmp_path_factory.mktemp("synthetic") / "set", sides=(64, 96))
-
-
 def one_error_line(capsys) -> str:
     """The one stderr line in the shared format (its message); nothing measured on stdout."""
     captured = capsys.readouterr()

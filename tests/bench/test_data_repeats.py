@@ -23,13 +23,6 @@ def is_child(command) -> bool:
     return list(command[-3:]) == ["-m", "dew.bench.data", "--child"]
 
 
-@pytest.fixture(scope="module")
-def prepared_synthetic(tmp_path_factory):
-    from dew.data.synthetic import prepare_synthetic
-
-    return prepare_synthetic(8, tmp_path_factory.mktemp("synthetic") / "set", sides=(64, 96))
-
-
 def one_error_line(capsys) -> str:
     captured = capsys.readouterr()
     lines = captured.err.strip().splitlines()

@@ -15,23 +15,20 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping
 from typing import Any
 
 from dew.bench.case_run import make_row, run_case
 from dew.bench.presets import Case
 from dew.bench.schema import StepRow
-from dew.bench.settings import Options
+from dew.bench.settings import Options, append_xla_flags
 
 ROW_MARKER = "DEW_STEP_ROW "  # prefix of the line a child prints its row on
 COMPILED_MARKER = "DEW_STEP_COMPILED "  # ... and the figures it had after the compile
 
 
-def with_xla_flags(environment: Mapping[str, str], flags: str | None) -> dict[str, str]:
-    """`environment` with `flags` appended to XLA_FLAGS (the one place they are merged)."""
-    env = dict(environment)
-    if flags and flags not in env.get("XLA_FLAGS", ""):
-        env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {flags}".strip()
+def child_environment(options: Options) -> dict[str, str]:
+    env = dict(os.environ)
+    append_xla_flags(env, options.xla_flags)
     return env
 
 
@@ -49,7 +46,7 @@ def run_case_isolated(case: Case, options: Options) -> StepRow:
         input=job,
         capture_output=True,
         text=True,
-        env=with_xla_flags(os.environ, options.xla_flags),
+        env=child_environment(options),
     )
     compiled: dict[str, Any] = {}
     for line in process.stdout.splitlines():

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dew.bench import presets
 from dew.bench.cli import UsageError, one_line
 from dew.bench.presets import Case
-from dew.bench.settings import Options
+from dew.bench.settings import Options, append_xla_flags
 
 PROBE_MARKER = "DEW_DEVICES "
 PROBE = (
@@ -71,7 +71,7 @@ def simulate_cpu_devices(environment: dict[str, str], count: int) -> str | None:
     if FORCE_DEVICES in environment.get("XLA_FLAGS", ""):
         return None
     added = f"{FORCE_DEVICES}={count}"
-    environment["XLA_FLAGS"] = f"{environment.get('XLA_FLAGS', '')} {added}".strip()
+    append_xla_flags(environment, added)
     return added
 
 
@@ -124,8 +124,7 @@ def prepare_environment(
     """The run's environment, checked: os.environ gets the cases' XLA flags and, for the
     cpu-smoke mesh on a CPU host, its simulated devices. Returns the devices and warnings."""
     environment = dict(os.environ)
-    if options.xla_flags:
-        environment["XLA_FLAGS"] = f"{environment.get('XLA_FLAGS', '')} {options.xla_flags}"
+    append_xla_flags(environment, options.xla_flags)
     devices = probe_devices(environment)
     # The preset's own mesh (cpu-smoke: 8) is what a CPU host simulates; a --mesh beyond it
     # is then refused like any mesh larger than the devices.

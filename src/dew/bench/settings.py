@@ -9,7 +9,7 @@ place. Field docstrings are the flags' help.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import MutableMapping, Sequence
 from typing import Any, Literal
 
 from dew.bench.presets import Case
@@ -81,3 +81,10 @@ def measured_with(settings: Settings) -> dict[str, Any]:
     """The settings a record's rows were measured with (MEASURED_WITH), by Options name."""
     flat = settings.model_dump() | (settings.options or {})
     return {name: flat.get(name) for name in MEASURED_WITH}
+
+
+def append_xla_flags(environment: MutableMapping[str, str], flags: str | None) -> None:
+    """Append `flags` to environment["XLA_FLAGS"] unless they are there already: the one
+    place the cases' XLA flags are merged (child environments, the probe, os.environ)."""
+    if flags and flags not in environment.get("XLA_FLAGS", ""):
+        environment["XLA_FLAGS"] = f"{environment.get('XLA_FLAGS', '')} {flags}".strip()

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from dew.bench import cli, presets
 from dew.bench.files import check_output_dir, check_output_file
-from dew.bench.settings import CACHE_OFF, Options
+from dew.bench.settings import CACHE_OFF, Options, append_xla_flags
 
 PROG = "benchmark_step"
 
@@ -141,7 +141,7 @@ def _main(argv: list[str]) -> int:
         _, warnings = preflight.prepare_environment(options, cases, log)
     if not options.isolate and options.xla_flags:
         # In-process cases: XLA reads its flags when the backend starts, which is later.
-        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {options.xla_flags}"
+        append_xla_flags(os.environ, options.xla_flags)
     try:  # join the cluster the environment describes, before the backend starts
         cluster = distributed.initialize()
     except distributed.DistributedSetupError as error:
@@ -149,7 +149,7 @@ def _main(argv: list[str]) -> int:
     if cluster is not None:
         # A child per case cannot rejoin the runtime: cases run in the processes that joined.
         if options.isolate and options.xla_flags:
-            os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {options.xla_flags}"
+            append_xla_flags(os.environ, options.xla_flags)
         options = dataclasses.replace(options, isolate=False)
     for line in warnings:
         log(f"warning: {line}")
