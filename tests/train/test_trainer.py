@@ -92,3 +92,19 @@ def test_compilation_cache_dir_turns_on_the_persistent_cache(tmp_path):
         assert any((tmp_path / "jax").iterdir())
     finally:
         Trainer("simple_dit", preset="cpu-smoke", compilation_cache_dir=None)
+
+
+def test_a_step_from_the_persistent_cache_keeps_its_real_compile_time(tmp_path):
+    # The second Trainer reads the executable the first one wrote: its compile_seconds is
+    # the original compile's as the cache keeps it (whole seconds, truncated by JAX), its
+    # load_seconds the read.
+    first = Trainer("causal_transformer", preset="cpu-smoke", compilation_cache_dir=tmp_path)
+    first.compile(first.example_batch(8))
+    assert not first.loaded_from_cache and first.load_seconds is None
+    second = Trainer("causal_transformer", preset="cpu-smoke", compilation_cache_dir=tmp_path)
+    second.compile(second.example_batch(8))
+    assert second.loaded_from_cache
+    assert second.load_seconds < first.compile_seconds
+    assert second.compile_seconds == int(second.compile_seconds)
+    assert first.compile_seconds - 1.5 <= second.compile_seconds <= first.compile_seconds
+    Trainer("causal_transformer", preset="cpu-smoke", compilation_cache_dir=None)  # cache off
