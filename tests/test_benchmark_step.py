@@ -49,6 +49,11 @@ def test_one_cpu_smoke_case_end_to_end(tmp_path):
 
     (progress,) = [line for line in done.stderr.splitlines() if line.startswith("[1/1]")]
     assert "simple_dit: ok" in progress
-    header, line = done.stdout.strip().splitlines()
+    header, line, phases = done.stdout.strip().splitlines()
     assert header.startswith("architecture\tsample\tbatch\tparams\tms/step")
     assert line.split("\t")[:3] == ["simple_dit", "16x16x3", "8"]
+    # The table ends with where the time went (schema 3: the repeat's phases).
+    names = [phase.name for phase in row.repeats[0].phases]
+    assert names[:2] == ["imports", "trace_lower"] and names[-2:] == ["warmup", "timed"]
+    assert names[2] in ("compile", "load") and "init" in names
+    assert phases.startswith("# phases (s, summed over 1 rows' processes): imports ")

@@ -54,7 +54,7 @@ def test_one_repeat_runs_in_this_process_and_writes_schema_2(tmp_path, monkeypat
     argv = ["data:synthetic-images", "--data.num-records", "8", *TINY, "--json-out", str(out)]
     assert main(argv) == 0
     record = read_run(out)
-    assert record.schema_version == SCHEMA_VERSION == 2
+    assert record.schema_version == SCHEMA_VERSION == 3
     assert record.settings.repeats == 1
     (row,) = record.rows
     assert len(row.repeats) == 1 and len(row.repeats[0].intervals_ms) == 4
@@ -81,6 +81,9 @@ def test_two_repeats_are_two_processes(prepared_synthetic, tmp_path, monkeypatch
     (row,) = record.rows
     assert len(row.repeats) == 2
     assert all(r.first_batch_s > 0 and len(r.intervals_ms) == 4 for r in row.repeats)
+    # A host-probe reading of its own before each repeat (dew.bench.hostprobe).
+    probes = [r.host_probe_ms for r in row.repeats]
+    assert all(probe is not None and probe > 0 for probe in probes) and len(set(probes)) == 2
     assert row.samples_per_s_ci95 is not None
     assert "2 repeats: too few for a verdict (3 or more)" in row.warnings
     captured = capsys.readouterr()
@@ -122,3 +125,25 @@ def test_a_child_that_dies_is_one_line_and_exit_1(tmp_path, monkeypatch, capsys)
     assert main(argv) == 1
     assert one_error_line(capsys) == "repeat 1 of 2: the loader's process died of SIGKILL: Killed"
     assert not out.exists()
+
+
+def test_the_repeat_in_this_process_has_a_host_probe_reading_taken_before_it(monkeypatch):
+    order = []
+    real_probe, real_loader = data.hostprobe.measure, data.measure_loader
+
+    def probe():
+        order.append("probe")
+        return real_probe()
+
+    def loader(*args, **kwargs):
+        order.append("loader")
+        return real_loader(*args, **kwargs)
+
+    monkeypatch.setattr(data.hostprobe, "measure", probe)
+    monkeypatch.setattr(data, "measure_loader", loader)
+    args = data.parse_args(["data:synthetic-images", "--data.num-records", "8", *TINY])
+    row = data.measure_repeats(args, notify=lambda line: None)
+    assert order == ["probe", "loader"]
+    (repeat,) = row.repeats
+    assert repeat.host_probe_ms is not None and repeat.host_probe_ms > 0
+    assert repeat.host_busy is None

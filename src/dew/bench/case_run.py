@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from dew.bench.cli import one_line
+from dew.bench.phases import PhaseClock
 from dew.bench.presets import Case
 from dew.bench.repeats import step_repeat
 from dew.bench.schema import GpuTelemetry, GpuWindow, StepRow
@@ -67,45 +68,60 @@ def sample_label(config) -> str:
     return "x".join(str(n) for n in sample_shape(config))
 
 
-def prepare(case: Case, options: Options, figures: dict[str, Any]) -> Prepared:
+def prepare(
+    case: Case, options: Options, figures: dict[str, Any], clock: PhaseClock | None = None
+) -> Prepared:
     """Build the Trainer for a case and compile its step; fills `figures` as it learns them
-    (so a failure later in the case still reports what was measured)."""
+    (so a failure later in the case still reports what was measured) and times each phase
+    on `clock`."""
     from dew.telemetry.instrumentation import compiled_flop_count, cost_analysis_flops
     from dew.telemetry.memory import compiler_memory
     from dew.train.mesh import MeshSpec
     from dew.train.trainer import DEFAULT_CACHE, Trainer
 
-    config = model_config(case, options.preset)
-    figures["sample"] = sample_label(config)
-    figures["batch"] = case.batch
-    # Repeats are fresh compiles (XLA may choose differently each time) unless the user
-    # named a cache: then they share one executable, as the user asked.
-    cache = options.compilation_cache_dir or (CACHE_OFF if options.repeats > 1 else DEFAULT_CACHE)
-    trainer = Trainer(
-        case.architecture,
-        config,
-        preset=options.preset,
-        dtype=options.dtype,
-        mesh=MeshSpec(**options.mesh),
-        condition_in_state=bool(case.condition_in_state),
-        compilation_cache_dir=None if cache == CACHE_OFF else cache,
-        attention_impl=case.attention_impl or options.attention_impl or "xla",
-    )
-    counts = trainer.param_counts
-    figures["params"] = counts["backbone"] + counts["condition"]
-    figures["condition_params"] = counts["condition"]
-    host_batch = trainer.example_batch(case.batch)
-    compiled = trainer.compile(host_batch)
-    figures["compile_s"] = trainer.compile_seconds
-    figures.update(flop_figures(compiled_flop_count(compiled)))  # Trainer.flops reads it too
-    cost = cost_analysis_flops(compiled)
-    figures["cost_analysis_gflop"] = cost / 1e9 if cost is not None else None
-    peak = compiler_memory(compiled)["peak_bytes"]
-    figures["compiler_peak_gib"] = peak / GIB if peak is not None else None
+    clock = clock or PhaseClock()
+    with clock.phase("trace_lower"):
+        config = model_config(case, options.preset)
+        figures["sample"] = sample_label(config)
+        figures["batch"] = case.batch
+        # Repeats are fresh compiles (XLA may choose differently each time) unless the user
+        # named a cache: then they share one executable, as the user asked.
+        cache = options.compilation_cache_dir or (
+            CACHE_OFF if options.repeats > 1 else DEFAULT_CACHE
+        )
+        trainer = Trainer(
+            case.architecture,
+            config,
+            preset=options.preset,
+            dtype=options.dtype,
+            mesh=MeshSpec(**options.mesh),
+            condition_in_state=bool(case.condition_in_state),
+            compilation_cache_dir=None if cache == CACHE_OFF else cache,
+            attention_impl=case.attention_impl or options.attention_impl or "xla",
+        )
+        counts = trainer.param_counts
+        figures["params"] = counts["backbone"] + counts["condition"]
+        figures["condition_params"] = counts["condition"]
+        host_batch = trainer.example_batch(case.batch)
+        lowered = trainer.lower(host_batch)
+    began, start = time.time(), time.perf_counter()
+    compiled = trainer.compile_lowered(lowered)
+    seconds = time.perf_counter() - start
+    clock.add("load" if trainer.loaded_from_cache else "compile", began, seconds)
+    figures["compile_s"] = trainer.compile_seconds  # the real compile's (whole s from the cache)
+    figures["load_s"] = trainer.load_seconds
+    with clock.phase("flop_count"):
+        figures.update(flop_figures(compiled_flop_count(compiled)))  # Trainer.flops reads it
+        cost = cost_analysis_flops(compiled)
+        figures["cost_analysis_gflop"] = cost / 1e9 if cost is not None else None
+        peak = compiler_memory(compiled)["peak_bytes"]
+        figures["compiler_peak_gib"] = peak / GIB if peak is not None else None
     tokens = config.seq_len if config.objective in LM_OBJECTIVES else None
     if options.compile_only:
         return Prepared(case, trainer, None, None, figures, tokens)
-    return Prepared(case, trainer, trainer.init(), trainer.put_batch(host_batch), figures, tokens)
+    with clock.phase("init"):
+        state, batch = block((trainer.init(), trainer.put_batch(host_batch)))
+    return Prepared(case, trainer, state, batch, figures, tokens)
 
 
 def flop_figures(count) -> dict[str, Any]:
@@ -117,19 +133,24 @@ def flop_figures(count) -> dict[str, Any]:
     }
 
 
-def measure(prepared: Prepared, options: Options, figures: dict[str, Any]) -> dict[str, Any]:
-    """Time a prepared case and return the row's measured fields (merged into `figures`)."""
+def measure(
+    prepared: Prepared, options: Options, figures: dict[str, Any], clock: PhaseClock | None = None
+) -> dict[str, Any]:
+    """Time a prepared case and return the row's measured fields (merged into `figures`);
+    its phases (warmup, timed, GPU window, profile) go on `clock`."""
     import jax
 
     from dew.telemetry.instrumentation import mfu
     from dew.telemetry.memory import peak_bytes_in_use
 
+    clock = clock or PhaseClock()
     state, metrics, timings = time_steps(
         prepared.trainer.step,
         prepared.state,
         prepared.batch,
         steps=options.steps,
         warmup=options.warmup,
+        clock=clock,
     )
     batch = prepared.case.batch
     step_s = timings.ms_per_step / 1e3
@@ -147,7 +168,10 @@ def measure(prepared: Prepared, options: Options, figures: dict[str, Any]) -> di
     local = [d for d in devices if d.process_index == jax.process_index()]
     peaks = [peak_bytes_in_use(d) for d in local]
     figures["peak_gib"] = max(peaks) / GIB if None not in peaks else None
+    began, start = time.time(), time.perf_counter()
     state, figures["gpu"] = gpu_window(prepared, state, options, local)
+    if figures["gpu"].window_steps:  # a window ran (an NVIDIA GPU)
+        clock.add("gpu_window", began, time.perf_counter() - start)
     loss = float(metrics["train/loss"])
     figures["loss"] = loss if math.isfinite(loss) else None
     figures["loss_finite"] = math.isfinite(loss)
@@ -156,7 +180,7 @@ def measure(prepared: Prepared, options: Options, figures: dict[str, Any]) -> di
 
     if options.profile_dir:
         directory = Path(options.profile_dir) / profile_name(prepared.case)
-        with jax.profiler.trace(str(directory)):
+        with clock.phase("profile"), jax.profiler.trace(str(directory)):
             for _ in range(PROFILE_STEPS):
                 state, metrics = prepared.trainer.step(state, prepared.batch)
             block((state, metrics))
@@ -288,19 +312,26 @@ def gpu_verdict(telemetry: GpuTelemetry | None) -> str | None:
 
 
 def run_case(
-    case: Case, options: Options, on_compiled: Callable[[dict[str, Any]], None] | None = None
+    case: Case,
+    options: Options,
+    on_compiled: Callable[[dict[str, Any]], None] | None = None,
+    clock: PhaseClock | None = None,
 ) -> StepRow:
     """One case in this process: a row, `ok` or `failed` with a one-line error.
 
-    `on_compiled(figures)` is called once the step is compiled, with what is known then.
+    `on_compiled(figures)` is called once the step is compiled and the state initialised,
+    with what is known then; it may block (a child waits there for its turn to be timed).
+    The row's repeat carries the phases timed on `clock`.
     """
     figures: dict[str, Any] = {}
+    clock = clock or PhaseClock()
     try:
-        prepared = prepare(case, options, figures)
+        prepared = prepare(case, options, figures, clock)
         if on_compiled is not None:
             on_compiled(dict(figures))
         if not options.compile_only:
-            measure(prepared, options, figures)
+            measure(prepared, options, figures, clock)
+            figures["repeats"][0]["phases"] = clock.dump()
     except Exception as error:
         return make_row(case, figures, status="failed", error=one_line(error))
     refused = gpu_verdict(figures.get("gpu"))

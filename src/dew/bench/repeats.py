@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 
-from dew.bench import stats
 from dew.bench.schema import DataRepeat, DataRow, StepRepeat, StepRow
 
 DIGITS = 4  # raw samples kept to 0.1 us: a 100-step repeat is about 1 KB of JSON
@@ -45,6 +44,8 @@ def summarize_step(
     row: StepRow, repeats: list[StepRepeat], first: StepRow | None = None
 ) -> StepRow:
     """`row` with its figures the medians over `repeats`, the interval and the warnings."""
+    from dew.bench import stats  # scipy: not imported by every case's process
+
     if not repeats:
         return row
     figures = [repeat.ms_per_step for repeat in repeats]
@@ -82,6 +83,8 @@ def busy_warnings(repeats: Sequence[StepRepeat | DataRepeat]) -> list[str]:
 
 def step_groups(row: StepRow) -> list[np.ndarray] | None:
     """The row's samples for a comparison, None for a row that holds summaries only."""
+    from dew.bench import stats  # scipy: not imported by every case's process
+
     if not row.repeats:
         return None
     figures = [repeat.ms_per_step for repeat in row.repeats]
@@ -93,6 +96,8 @@ def step_groups(row: StepRow) -> list[np.ndarray] | None:
 
 def summarize_data(row: DataRow, repeats: list[DataRepeat]) -> DataRow:
     """A loader row with its figures the medians over `repeats` (ms per batch decides)."""
+    from dew.bench import stats  # scipy: not imported by every case's process
+
     if not repeats:
         return row
     per_batch = [1e3 * row.batch / repeat.samples_per_s for repeat in repeats]
@@ -117,6 +122,8 @@ def summarize_data(row: DataRow, repeats: list[DataRepeat]) -> DataRow:
 
 def data_groups(row: DataRow) -> list[np.ndarray] | None:
     """The loader row's samples (ms per batch) for a comparison; None without samples."""
+    from dew.bench import stats  # scipy: not imported by every case's process
+
     if not row.repeats:
         return None
     per_batch = [1e3 * row.batch / repeat.samples_per_s for repeat in row.repeats]

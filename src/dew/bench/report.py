@@ -190,6 +190,25 @@ def data_table(rows: Sequence[DataRow], fmt: str = "tsv") -> str:
     return table(DATA_HEADERS, body, fmt)
 
 
+def phase_totals(rows: Sequence[StepRow], fmt: str = "tsv") -> str:
+    """The line under the step table: where the sweep's time went, summed over its rows'
+    processes (dew.bench.phases), and the wall time from the first process start to the
+    last phase's end. Empty when no row has phases (records before schema 3)."""
+    from dew.bench.phases import totals
+
+    phases = [p for row in rows for r in row.repeats or [] for p in r.phases or []]
+    if not phases:
+        return ""
+    sums = totals(phases)
+    wall = max(p.start + p.seconds for p in phases) - min(p.start for p in phases)
+    parts = ", ".join(f"{name} {seconds:.1f}" for name, seconds in sums.items())
+    text = (
+        f"phases (s, summed over {len(rows)} rows' processes): {parts}; "
+        f"sum {sum(sums.values()):.1f}; wall {wall:.1f} from the first process start"
+    )
+    return f"# {text}\n" if fmt == "tsv" else f"\n{text}\n"
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]], fmt: str = "tsv") -> str:
     """Render a table; a short row (a failed one) leaves its last cell to span the rest."""
     if fmt not in FORMATS:
@@ -243,6 +262,7 @@ def comparison(cmp: Comparison, run: BenchmarkRun, ref: BenchmarkRun, fmt: str =
         "",
         f"- run: {cmp.run_label} ({describe(run)})",
         f"- reference: {cmp.reference_label} ({describe(ref)})",
+        *([f"- {cmp.host_line}"] if cmp.host_line else []),
         "",
         f"{h}Stack differences",
         "",

@@ -43,6 +43,10 @@ class Options:
     """params, GFLOP, cost_analysis GFLOP, compile s and the compiler's memory estimate only"""
     isolate: bool = True
     """each case in its own process (its own peak memory; a crash fails that row only)"""
+    compile_jobs: int | None = None
+    """cases compiled at once, in their own processes, before they are timed one at a time
+    (dew.bench.waves); default: the CPU count on CPU, 1 on a GPU (concurrent compiles
+    would autotune concurrently on the one device)"""
     xla_flags: str | None = None
     """appended to XLA_FLAGS for the cases"""
     compilation_cache_dir: str | None = None
@@ -73,7 +77,7 @@ def settings_record(options: Options, cases: Sequence[Case]) -> Settings:
         optimizer="adam",
         isolate=fields.pop("isolate"),
         compile_only=fields.pop("compile_only"),
-        options=fields,  # what is left: xla_flags, attention_impl, cache and profile dirs
+        options=fields,  # what is left: xla_flags, attention_impl, compile jobs, dirs
     )
 
 

@@ -18,8 +18,10 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from dew.bench import hostprobe
 from dew.bench.cli import UsageError, one_line
 from dew.bench.presets import Case
+from dew.bench.progress import Progress
 from dew.bench.repeats import merge_step
 from dew.bench.schema import SCHEMA_VERSION, BenchmarkRun, Environment, StepRow, read_run, write_run
 from dew.bench.settings import Options, measured_with, settings_record
@@ -127,9 +129,14 @@ def run(
     idle_check: str = "off",
     warnings: Sequence[str] = (),
     log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
+    progress: Progress | None = None,
 ) -> BenchmarkRun:
     """Run every case `options.repeats` times, in rounds (every case once per round, so
-    drift spreads over all of them); write the record after every row; return it."""
+    drift spreads over all of them); write the record after every row; return it.
+
+    Each round runs in waves (dew.bench.waves): up to `options.compile_jobs` cases compile
+    at once, then the compiled ones are timed one at a time. `progress` (dew.bench.progress)
+    shows the cases' phases; every row's result line goes to it, or to `log` without it."""
     from dew.bench import multihost
     from dew.bench.environment import capture
     from dew.train.distributed import process_count, process_index
@@ -159,16 +166,24 @@ def run(
     total = len(cases) * repeats
     for round_index in range(repeats):
         busy = round_busy(idle_check, round_index, options, first=idle)
-        for index, case in enumerate(cases, start=1):
+        # The host's speed (dew.bench.hostprobe), read again before each wave is timed.
+        probe: dict[str, float | None] = {"ms": None}
+
+        def read_probe(probe=probe) -> None:
+            probe["ms"] = None if options.compile_only else round(hostprobe.measure(), 4)
+
+        todo = []  # (position in cases, case): what this round measures
+        for position, case in enumerate(cases):
             done = _find(rows, case.key())
-            progress = f"[{round_index * len(cases) + index}/{total}]"
             if done is not None and done.status == "ok" and measured(done) > round_index:
                 if leader and round_index == 0:
-                    log(f"{progress} {case.label()}: ok in {json_out}, kept")
+                    log(f"[{position + 1}/{total}] {case.label()}: ok in {json_out}, kept")
                 continue
-            start = time.perf_counter()
-            row = _measure_once(case, options, processes, index, round_index, busy)
-            row = merge_step(done, row)
+            todo.append((position, case))
+
+        def on_row(position, case, row, seconds, busy=busy, probe=probe, round_index=round_index):
+            index = position + 1
+            row = merge_step(_find(rows, case.key()), _mark_round(row, busy, probe["ms"]))
             _put(rows, row)
             if processes > 1:  # a run cut short by a dead process must not read as complete
                 partial = multihost.PARTIAL_NOTE.format(done=index, total=len(cases))
@@ -176,7 +191,27 @@ def run(
             if json_out and leader:  # on disk before anything else can go wrong
                 write_run(json_out, record)
             if leader:
-                log(progress_line(progress, row, time.perf_counter() - start, round_index))
+                counter = f"[{round_index * len(cases) + index}/{total}]"
+                line = progress_line(counter, row, seconds, round_index)
+                if progress is not None:
+                    progress.finish(position, line, ok=row.status == "ok")
+                else:
+                    log(line)
+
+        if options.isolate:
+            from dew.bench import waves
+
+            jobs = options.compile_jobs or 1
+            waves.run_round(todo, options, jobs, on_row, progress, before_timing=read_probe)
+        else:
+            read_probe()
+            for position, case in todo:
+                if progress is not None:
+                    progress.stage("run", [position])
+                    progress.set(position, "compiling and timing")
+                start = time.perf_counter()
+                row = _measure_in_process(case, options, processes, position + 1, round_index)
+                on_row(position, case, row, time.perf_counter() - start)
     return BenchmarkRun.model_validate(record)
 
 
@@ -200,18 +235,28 @@ def round_busy(idle_check: str, round_index: int, options: Options, first=None) 
     return None if check.idle else "; ".join(check.reasons) or "busy"
 
 
-def _measure_once(
-    case: Case, options: Options, processes: int, index: int, round_index: int, busy: str | None
+def _measure_in_process(
+    case: Case, options: Options, processes: int, index: int, round_index: int
 ) -> StepRow:
+    """A case in this process (--no-isolate, or a multi-process run): every process times
+    it; the rows combine across processes (dew.bench.multihost)."""
     from dew.bench import multihost
     from dew.bench.case_run import run_case
-    from dew.bench.isolation import run_case_isolated
 
-    row = run_case_isolated(case, options) if options.isolate else run_case(case, options)
+    row = run_case(case, options)
     if processes > 1:
         row = multihost.gather_row(row, f"row/{round_index}/{index}")
-    if busy and row.repeats:
-        marked = [repeat.model_copy(update={"host_busy": busy}) for repeat in row.repeats]
+    return row
+
+
+def _mark_round(row: StepRow, busy: str | None, probe: float | None) -> StepRow:
+    """The round's readings on the row's repeat: the idle check (a busy host taints its
+    figures) and the host-speed probe (compare reads the drift between two runs from it)."""
+    if row.repeats:
+        marked = [
+            repeat.model_copy(update={"host_busy": busy, "host_probe_ms": probe})
+            for repeat in row.repeats
+        ]
         row = row.model_copy(update={"repeats": marked})
     return row
 

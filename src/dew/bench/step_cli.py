@@ -10,6 +10,7 @@ failed; 2: bad input.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -58,6 +59,16 @@ def options_from(args: Args) -> tuple[Options, tuple[presets.Case, ...]]:
         raise cli.UsageError(f"--repeats must be at least 1 (got {args.repeats})")
     if args.warmup < 0:
         raise cli.UsageError(f"--warmup must be at least 0 (got {args.warmup})")
+    if args.compile_jobs is not None and args.compile_jobs < 1:
+        raise cli.UsageError(
+            f"--compile-jobs {args.compile_jobs} is not a number of parallel compiles; "
+            "give 1 or more (1: each case compiled just before it is timed)"
+        )
+    if args.compile_jobs not in (None, 1) and not args.isolate:
+        raise cli.UsageError(
+            f"--compile-jobs {args.compile_jobs} needs each case in its own process; "
+            "--no-isolate runs them all in this one"
+        )
     if args.resume and not args.json_out:
         raise cli.UsageError("--resume needs --json-out (the record to continue)")
     if args.resume and args.overwrite:
@@ -97,6 +108,31 @@ def mesh_fields(text: str) -> dict[str, Any]:
     return fields
 
 
+def compile_jobs(options: Options, platform: str, cases: int) -> tuple[Options, list[str]]:
+    """--compile-jobs resolved for this host (dew.bench.waves), with a warning when it is
+    not the platform's default for a reason the user should hear."""
+    warnings = []
+    jobs = options.compile_jobs
+    if not options.isolate:
+        jobs = 1
+    elif jobs is None:
+        jobs = min(_cpu_count(), max(cases, 1)) if platform == "cpu" else 1
+    elif jobs > 1 and platform != "cpu":
+        warnings.append(
+            f"--compile-jobs {jobs} on {platform}: the compiles autotune concurrently on "
+            "the one device (kernel choices may differ from a serial compile) and every "
+            "waiting case holds device memory; this was never measured on a GPU"
+        )
+    return dataclasses.replace(options, compile_jobs=jobs), warnings
+
+
+def _cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 def check_outputs(args: Args) -> None:
     """Every path the run writes, before any work."""
     if args.json_out:
@@ -126,6 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(argv: list[str]) -> int:
     from dew.bench import preflight, report, step
     from dew.bench.idle import HostNotIdle
+    from dew.bench.progress import Progress
     from dew.train import distributed
 
     args = cli.parse(Args, argv, prog="tools/benchmark_step.py")
@@ -138,7 +175,9 @@ def _main(argv: list[str]) -> int:
     except distributed.DistributedSetupError as error:
         raise cli.UsageError(str(error)) from None
     if not in_cluster:  # a cluster's devices are known only once it is joined
-        _, warnings = preflight.prepare_environment(options, cases, log)
+        devices, warnings = preflight.prepare_environment(options, cases, log)
+        options, more = compile_jobs(options, devices.platform, len(cases))
+        warnings += more
     if not options.isolate and options.xla_flags:
         # In-process cases: XLA reads its flags when the backend starts, which is later.
         append_xla_flags(os.environ, options.xla_flags)
@@ -150,24 +189,30 @@ def _main(argv: list[str]) -> int:
         # A child per case cannot rejoin the runtime: cases run in the processes that joined.
         if options.isolate and options.xla_flags:
             append_xla_flags(os.environ, options.xla_flags)
-        options = dataclasses.replace(options, isolate=False)
+        options = dataclasses.replace(options, isolate=False, compile_jobs=1)
     for line in warnings:
         log(f"warning: {line}")
+    leader = distributed.process_index() == 0
+    # Only process 0 of a multi-process run draws; the others write nothing.
+    progress = Progress([case.label() for case in cases]) if leader else None
     try:
-        record = step.run(
-            options,
-            cases,
-            json_out=args.json_out,
-            resume=args.resume,
-            command=shlex.join(["python", "tools/benchmark_step.py", *argv]),
-            idle_check=args.idle_check,
-            warnings=warnings,
-            log=log,
-        )
+        with progress or contextlib.nullcontext():
+            record = step.run(
+                options,
+                cases,
+                json_out=args.json_out,
+                resume=args.resume,
+                command=shlex.join(["python", "tools/benchmark_step.py", *argv]),
+                idle_check=args.idle_check,
+                warnings=warnings,
+                log=progress.note if progress else log,
+                progress=progress,
+            )
     except HostNotIdle as refusal:  # its text begins "error: ", which say() writes itself
         cli.say(PROG, str(refusal).removeprefix("error: "))
         return cli.EXIT_CHANGED
-    if distributed.process_index() == 0:  # process 0 prints the table for the run
+    if leader:  # process 0 prints the table for the run
         rows = [row for row in record.rows if row.key() in {case.key() for case in cases}]
         print(report.step_table(rows, args.format, compile_only=options.compile_only), end="")
+        print(report.phase_totals(rows, args.format), end="")
     return step.exit_code(record, cases)

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from dew.bench.phases import PhaseClock
+
 
 @dataclasses.dataclass(frozen=True)
 class Timings:
@@ -43,17 +45,26 @@ def time_steps(
     *,
     steps: int,
     warmup: int,
+    clock: PhaseClock | None = None,
 ) -> tuple[Any, Any, Timings]:
     """Warmup, dispatch window, synced window. Returns (state, metrics, timings).
 
     `step(state, batch) -> (state, metrics)` may donate `state`; it is threaded through.
-    Nothing but the step call runs inside the dispatch window.
+    Nothing but the step call runs inside the dispatch window. `clock` times the warmup and
+    the two windows together as phases "warmup" and "timed" (its bookkeeping runs outside).
     """
+    clock = clock or PhaseClock()
     metrics = None
-    for _ in range(warmup):
-        state, metrics = step(state, batch)
-    block((state, metrics))
+    with clock.phase("warmup"):
+        for _ in range(warmup):
+            state, metrics = step(state, batch)
+        block((state, metrics))
+    with clock.phase("timed"):
+        state, metrics, timings = _windows(step, state, batch, steps)
+    return state, metrics, timings
 
+
+def _windows(step, state, batch, steps: int) -> tuple[Any, Any, Timings]:
     start = time.perf_counter()
     for _ in range(steps):
         state, metrics = step(state, batch)

@@ -59,11 +59,13 @@ from dew.bench.schema.environment import (
     Scheduler,
 )
 from dew.bench.schema.rows import (
+    PHASES,
     DataRepeat,
     DataRow,
     GpuTelemetry,
     GpuWindow,
     Interval,
+    Phase,
     Row,
     StepRepeat,
     StepRow,
@@ -74,15 +76,17 @@ __all__ = [
     "ENV_FLAG_PREFIXES", "EXCLUDED_FLAG_PREFIXES", "SCHEMA_VERSION", "SECRET_NAME_PATTERN",
     "BenchmarkRun", "Code", "Container", "DataRepeat", "DataRow", "Devices", "Environment",
     "GpuInfo", "GpuReading", "GpuTelemetry", "GpuWindow", "Host", "IdleCheck", "Interval",
-    "JsonScalar", "NonNegFloat", "NonNegInt", "ProcessInfo", "ProcessReading", "Record", "Row",
-    "Scheduler", "Settings", "StepRepeat", "StepRow", "dump_run", "export",
+    "JsonScalar", "NonNegFloat", "NonNegInt", "PHASES", "Phase", "ProcessInfo", "ProcessReading",
+    "Record", "Row", "Scheduler", "Settings", "StepRepeat", "StepRow", "dump_run", "export",
     "is_recordable_env_flag", "json_schemas", "read_run", "write_run",
 ]  # fmt: skip
 
 # 2: raw samples (`repeats`: per-step synced times, per-batch intervals), `ms_per_step_ci95`,
 # `warnings` and Settings.repeats. Version 1 records (the published ones) still validate:
 # every new field is optional, so they read as rows holding summaries only.
-SCHEMA_VERSION = 2
+# 3: a step repeat's `phases` (where its process's time went, with wall-clock starts) and
+# every repeat's `host_probe_ms` (the host-speed probe of its round). Optional again.
+SCHEMA_VERSION = 3
 
 # --- what ran ----------------------------------------------------------------------------
 

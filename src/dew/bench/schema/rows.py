@@ -29,6 +29,33 @@ class _Row(Record):
 Interval = Annotated[list[NonNegFloat], Field(min_length=2, max_length=2)]
 
 
+PHASES = (
+    "imports",  # process start, interpreter and imports, until the case code runs
+    "trace_lower",  # the Trainer built (model traced for its shapes) and the step lowered
+    "compile",  # XLA's compile of the step (a real one: not a load from the cache)
+    "load",  # the step's executable read from the persistent compilation cache
+    "flop_count",  # the FLOP count of the optimized HLO, cost analysis, compiler memory
+    "init",  # the initial state (its own jit) and the batch on the devices
+    "warmup",
+    "timed",  # the dispatch window and the synced window
+    "gpu_window",  # the synced window with the NVML sampler (NVIDIA GPUs)
+    "profile",  # --profile-dir's traced steps
+)
+
+
+class Phase(Record):
+    """Where a case's process spent its time: one phase, from its wall-clock start."""
+
+    name: Literal[PHASES]  # type: ignore[valid-type]
+    where: Literal["case", "compile job"] = Field(
+        default="case",
+        description="the process it ran in: the case's own, or the compile job that "
+        "compiled it ahead of the timed phase (--compile-jobs)",
+    )
+    start: NonNegFloat = Field(description="Unix time (s) when the phase began")
+    seconds: NonNegFloat
+
+
 class StepRepeat(Record):
     """One fresh process of a step case (--repeats): its own compile and both windows."""
 
@@ -37,6 +64,14 @@ class StepRepeat(Record):
     compile_s: NonNegFloat | None = None
     host_busy: str | None = Field(
         default=None, description="why the idle check before this repeat's round failed"
+    )
+    host_probe_ms: NonNegFloat | None = Field(
+        default=None,
+        description="the host-speed probe before this repeat's round (dew.bench.hostprobe): "
+        "ms for a fixed CPU workload; compare reads the drift between two runs from it",
+    )
+    phases: list[Phase] | None = Field(
+        default=None, description="where this repeat's time went (schema 3)"
     )
 
 
@@ -47,6 +82,9 @@ class DataRepeat(Record):
     intervals_ms: list[NonNegFloat] = Field(description="time between batches, one per batch")
     first_batch_s: NonNegFloat | None = None
     host_busy: str | None = None
+    host_probe_ms: NonNegFloat | None = Field(
+        default=None, description="the host-speed probe before this repeat (schema 3)"
+    )
 
 
 class GpuWindow(Record):
@@ -138,7 +176,15 @@ class StepRow(_Row):
     util: Annotated[float, Field(ge=0, le=1.5)] | None = None
     peak_gib: NonNegFloat | None = None
     compiler_peak_gib: NonNegFloat | None = None
-    compile_s: NonNegFloat | None = None
+    compile_s: NonNegFloat | None = Field(
+        default=None,
+        description="XLA's compile of the step; when it came from the persistent cache, the "
+        "original compile's time as the cache keeps it (JAX stores whole seconds, truncated)",
+    )
+    load_s: NonNegFloat | None = Field(
+        default=None,
+        description="seconds to read the step from the persistent cache; null when compiled",
+    )
     loss: float | None = None
     loss_finite: bool | None = None
     process_spread_ms: NonNegFloat | None = Field(

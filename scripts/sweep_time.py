@@ -1,0 +1,146 @@
+"""How long a sweep takes, cold and warm, and where its time goes.
+
+    python scripts/sweep_time.py [--checkout DIR] [--label NAME] [--out FILE.json]
+        [--preset cpu-smoke] [--steps 2] [--extra "--compile-jobs 1"]
+
+Runs the step benchmark of a checkout (this one by default; an older commit's worktree for
+a before/after) twice, as a user would: `tools/benchmark_step.py --preset cpu-smoke --steps
+2` with JAX_PLATFORMS=cpu and 8 simulated devices, first with an empty compilation cache
+(a fresh XDG_CACHE_HOME: cold), then again with the cache the first run filled (warm).
+Prints each run's wall time, the rows' summed compile_s, the phase totals (records of
+schema 3 keep them; older code has none) and the number of compiles that overlapped a
+timed window (dew.bench.phases.overlaps), then every row's ms/step in both runs. With
+--out, writes all of it as JSON (the figures docs/performance.md quotes). Exit 0 when both
+runs finished with every row ok, 1 otherwise, 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from dew.bench import cli
+from dew.bench.files import atomic_write, check_output_file
+
+PROG = "sweep_time"
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclasses.dataclass(frozen=True)
+class Args:
+    """Time a cold and a warm sweep of a checkout; print where the time went."""
+
+    checkout: Path = REPO
+    """the repository whose tools/benchmark_step.py runs (its src/ goes first on the path)"""
+    label: str | None = None
+    """a name for this checkout in the output (default: its commit)"""
+    out: Path | None = None
+    """write the figures as JSON here"""
+    preset: str = "cpu-smoke"
+    steps: int = 2
+    extra: str = ""
+    """more flags for benchmark_step, e.g. '--compile-jobs 1'"""
+
+
+def sweep(args: Args, cache: Path, record: Path) -> dict:
+    """One sweep in a fresh process with XDG_CACHE_HOME=cache; its wall time and figures."""
+    env = dict(os.environ)
+    env.update(
+        JAX_PLATFORMS="cpu",
+        XLA_FLAGS="--xla_force_host_platform_device_count=8",
+        XDG_CACHE_HOME=str(cache),
+        PYTHONPATH=str(args.checkout / "src"),
+    )
+    command = [
+        sys.executable, str(args.checkout / "tools" / "benchmark_step.py"),
+        "--preset", args.preset, "--steps", str(args.steps), "--json-out", str(record),
+        *args.extra.split(),
+    ]  # fmt: skip
+    start = time.perf_counter()
+    done = subprocess.run(command, cwd=args.checkout, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    return {"wall_s": round(wall, 1), "exit": done.returncode, **figures(record)}
+
+
+def figures(path: Path) -> dict:
+    from dew.bench.phases import overlaps, totals
+    from dew.bench.schema import read_run
+
+    if not path.is_file():
+        return {"rows": {}, "ok": 0}
+    rows = read_run(path).rows
+    phases = [p for row in rows for r in row.repeats or [] for p in r.phases or []]
+    return {
+        "ok": sum(row.status == "ok" for row in rows),
+        "compile_s_sum": round(sum(row.compile_s or 0.0 for row in rows), 1),
+        "phase_totals_s": {name: round(s, 1) for name, s in totals(phases).items()} or None,
+        "compile_overlapping_timed": len(overlaps(phases)) if phases else None,
+        "rows": {row.label(): row.ms_per_step for row in rows},
+    }
+
+
+def commit(checkout: Path) -> str:
+    done = subprocess.run(
+        ["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+    )
+    return done.stdout.strip() or "?"
+
+
+def report(label: str, runs: dict[str, dict]) -> str:
+    lines = []
+    for mode, run in runs.items():
+        lines.append(
+            f"{label} {mode}: wall {run['wall_s']:.1f} s, exit {run['exit']}, "
+            f"{run['ok']} rows ok, compile_s summed {run.get('compile_s_sum', 0):.1f} s"
+        )
+        if run.get("phase_totals_s"):
+            parts = ", ".join(f"{k} {v:.1f}" for k, v in run["phase_totals_s"].items())
+            lines.append(f"  phases (s, summed over the rows' processes): {parts}")
+            overlapping = run["compile_overlapping_timed"]
+            lines.append(f"  compiles overlapping a timed window: {overlapping}")
+    names = list(next(iter(runs.values()))["rows"])
+    lines.append("row\t" + "\t".join(f"{mode} ms/step" for mode in runs))
+    for name in names:
+        cells = [runs[mode]["rows"].get(name) for mode in runs]
+        lines.append(name + "\t" + "\t".join("—" if c is None else f"{c:.2f}" for c in cells))
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    return cli.run(PROG, lambda: _main(cli.parse(Args, argv, prog="scripts/sweep_time.py")))
+
+
+def _main(args: Args) -> int:
+    if not (args.checkout / "tools" / "benchmark_step.py").is_file():
+        raise cli.UsageError(f"--checkout {args.checkout} has no tools/benchmark_step.py")
+    if args.steps < 1:
+        raise cli.UsageError(f"--steps must be at least 1 (got {args.steps})")
+    if args.out is not None:
+        check_output_file(str(args.out), flag="--out", overwrite=True)
+    label = args.label or commit(args.checkout)
+    runs = {}
+    with tempfile.TemporaryDirectory(prefix="dew-sweep-time-") as scratch:
+        cache = Path(scratch) / "cache"  # empty: the first sweep compiles everything
+        for mode in ("cold", "warm"):
+            runs[mode] = sweep(args, cache, Path(scratch) / f"{mode}.json")
+    print(report(label, runs))
+    if args.out is not None:
+        result = {"checkout": label, "command_extra": args.extra, "preset": args.preset}
+        result |= {"steps": args.steps, "cpus": os.cpu_count(), "runs": runs}
+        atomic_write(args.out, json.dumps(result, indent=1) + "\n")
+    ok = all(run["exit"] == 0 and run["ok"] == len(run["rows"]) for run in runs.values())
+    return cli.EXIT_OK if ok else cli.EXIT_CHANGED
+
+
+if __name__ == "__main__":
+    sys.exit(main())
