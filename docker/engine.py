@@ -2,6 +2,9 @@
 and say how to run a command in it. Standard library only, because the noxfile imports it
 before any environment exists.
 
+A build says what it builds and how long the last build of that kind took on this host
+(~/.cache/dew/build-times.json), and when done how long it took.
+
 Every failure a user can fix is an `EngineError` whose message is one line saying what to
 do; the noxfile prints it with `session.error`.
 """
@@ -37,6 +40,8 @@ OFFLINE_INCLUDE = "python3,python3-venv,ca-certificates"
 # Python of the distributions a base may be, for bases without python3 installed yet.
 DISTRO_PYTHON = {("ubuntu", "24.04"): "3.12", ("debian", "13"): "3.13", ("ubuntu", "22.04"): "3.10"}
 CACHE = Path(os.environ.get("DEW_CACHE_DIR") or Path.home() / ".cache" / "dew")
+# How long the last build of each kind took, said before the next one (last_build_note).
+BUILD_TIMES = CACHE / "build-times.json"
 # Where things live inside the image (the Dockerfile uses the same paths).
 IMAGE_ROOT = "/opt/dew"
 IMAGE_XLA_CACHE = "/cache/xla"
@@ -257,9 +262,13 @@ def build_offline_base(engine: Engine, ref: str = OFFLINE_BASE_IMAGE, log=print)
     mirror = apt_mirror()
     CACHE.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
+    kind = f"offline base {OFFLINE_SUITE}"
     with tempfile.TemporaryDirectory(dir=CACHE, prefix="rootfs-") as tmp:
         rootfs = Path(tmp) / "rootfs"
-        log(f"building the offline base {ref} with debootstrap ({OFFLINE_SUITE}, minbase)")
+        log(
+            f"building the offline base {ref} with debootstrap ({OFFLINE_SUITE}, minbase); "
+            + last_build_note(kind)
+        )
         result = _run(
             [
                 "debootstrap", "--variant=minbase", f"--include={OFFLINE_INCLUDE}",
@@ -286,8 +295,57 @@ def build_offline_base(engine: Engine, ref: str = OFFLINE_BASE_IMAGE, log=print)
         tar.wait()
         if imported.returncode != 0 or tar.returncode != 0:
             raise EngineError(f"{engine.name} import of the base failed: {imported.stderr.strip()}")
-    log(f"offline base {ref} built in {time.monotonic() - started:.0f} s")
+    seconds = time.monotonic() - started
+    record_build_seconds(kind, seconds)
+    log(f"offline base {ref} built in {seconds:.0f} s")
     return ref
+
+
+# --- how long builds take -----------------------------------------------------------------
+
+
+def last_build_seconds(kind: str, times: Path = BUILD_TIMES) -> float | None:
+    """How long the last successful build of `kind` took here; None when none was timed
+    (or the file is unreadable: it is a cache, never a reason to stop a build)."""
+    try:
+        entry = json.loads(times.read_text()).get(kind)
+        return float(entry["seconds"])
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+
+
+def last_build_note(kind: str, times: Path = BUILD_TIMES) -> str:
+    """What to say before a build of `kind`: how long the last one took, if one was timed."""
+    seconds = last_build_seconds(kind, times)
+    if seconds is None:
+        return f"no earlier {kind} build timed on this host"
+    return f"the last {kind} build took {seconds:.0f} s"
+
+
+def record_build_seconds(kind: str, seconds: float, times: Path = BUILD_TIMES) -> None:
+    """Keep `seconds` as the last build time of `kind` in `times` (one JSON object, a kind
+    to {"seconds", "finished"}), replaced in one step so concurrent builds never leave half a
+    file. A file that cannot be written is skipped: the build itself went fine."""
+    try:
+        known = json.loads(times.read_text())
+        known = known if isinstance(known, dict) else {}
+    except (OSError, ValueError):
+        known = {}
+    known[kind] = {
+        "seconds": round(seconds, 1),
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    try:
+        times.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{times.name}.", dir=times.parent)
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(known, f, indent=1, sort_keys=True)
+        os.replace(tmp, times)
+    except OSError:
+        Path(tmp).unlink(missing_ok=True)
 
 
 def _archive_snapshot(rootfs: Path, suite: str) -> str | None:
@@ -579,10 +637,12 @@ def build_image(
     dockerfile_sha = sha256_file(tree / "docker" / "Dockerfile")
     base_info = base_record(engine, base, digest)
     built = not image_exists(engine, tag)
+    # A stack image is built without the layer cache (below): timed apart, it takes longer.
+    kind = f"{variant} image" + (" without the layer cache" if commit else "")
     if built:
+        log(f"building {tag} ({variant} on {base}) with {engine.label}; {last_build_note(kind)}")
         wheels = wheelhouse(variant, base_python(engine, base), log=log, tree=tree)
         label = commit or git_commit()[0] or "unknown"
-        log(f"building {tag} ({variant} on {base}) with {engine.label}")
         with tempfile.TemporaryDirectory(dir=wheels.parent, prefix="context-") as tmp:
             _stage_context(variant, wheels, Path(tmp), tree)
             build_args = {
@@ -625,6 +685,8 @@ def build_image(
             )
     ident = image_id(engine, tag) or tag
     seconds = time.monotonic() - started
+    if built:
+        record_build_seconds(kind, seconds)
     log(f"image {tag} {'built' if built else 'reused'} in {seconds:.1f} s ({ident[:19]})")
     return Image(
         tag, ident, variant, base, digest, lock_sha, built, seconds,
