@@ -173,3 +173,90 @@ def test_a_change_measured_on_a_busy_host_is_undecided():
     cmp = compare.compare(slower.model_copy(update={"rows": busy}), _with_samples(first, 1.0, 8))
     assert {r.verdict for r in cmp.counted} == {"undecided"}
     assert all("while the host was busy for 5 of 5 run repeats" in r.why for r in cmp.counted)
+
+
+# --- the host probe: drift between the runs ---------------------------------------------------
+
+
+def _with_probes(record, probe_ms: float, seed: int):
+    """The record with a host-probe reading before each round (the step benchmark gives a
+    round's one reading to every row's repeat of that round), jittered by 0.1%."""
+    rng = np.random.default_rng(seed)
+    rounds = max(len(row.repeats or []) for row in record.rows)
+    readings = [round(float(probe_ms * (1 + rng.normal(0, 0.001))), 4) for _ in range(rounds)]
+    rows = [
+        row.model_copy(
+            update={
+                "repeats": [
+                    repeat.model_copy(update={"host_probe_ms": reading})
+                    for repeat, reading in zip(row.repeats, readings, strict=False)
+                ]
+            }
+        )
+        if row.repeats
+        else row
+        for row in record.rows
+    ]
+    return record.model_copy(update={"rows": rows})
+
+
+def test_a_change_the_host_drift_explains_is_undecided_with_the_reason(tmp_path, capsys):
+    # The A/A failure of issue 17: the same code, the host 12% faster during the run.
+    first = read_run(FIRST)
+    run, reference = _with_samples(first, 0.88, 11), _with_samples(first, 1.0, 12)
+    without = compare.compare(run, reference)
+    assert {r.verdict for r in without.counted} == {"faster"}  # what compare said before
+    assert without.host is None
+    cmp = compare.compare(_with_probes(run, 264.0, 13), _with_probes(reference, 300.0, 14))
+    assert cmp.host.ratio == pytest.approx(0.88, abs=0.02) and cmp.host.readings == (5, 5)
+    assert {r.verdict for r in cmp.counted} == {"undecided"} and cmp.reproduced
+    for row in cmp.counted:
+        assert row.why.startswith(
+            "the host ran 12% faster during the run than the reference (host probe); "
+            "the change is within that"
+        ), row.why
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    write_run(a, _with_probes(run, 264.0, 13))
+    write_run(b, _with_probes(reference, 300.0, 14))
+    assert compare.main([str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    header = out.split("Stack differences")[0]
+    assert "- host drift: the host probe read 0.88" in header
+    assert "(5 and 5 readings): the host ran 12% faster during the run" in header
+    assert compare.main([str(a), str(b), "--strict"]) == 1
+
+
+def test_a_real_change_on_a_steady_host_stays_slower():
+    first = read_run(FIRST)
+    run = _with_probes(_with_samples(first, 2.0, 15), 300.0, 16)
+    reference = _with_probes(_with_samples(first, 1.0, 17), 300.0, 18)
+    cmp = compare.compare(run, reference)
+    assert cmp.host.ratio == pytest.approx(1.0, abs=0.02)
+    assert {r.verdict for r in cmp.counted} == {"slower"} and not cmp.reproduced
+    # The host twice as slow during the run explains the same 2x: undecided.
+    slow_host = compare.compare(_with_probes(run, 600.0, 16), reference)
+    assert {r.verdict for r in slow_host.counted} == {"undecided"}
+    assert all(
+        r.why.startswith("the host ran 100% slower during the run than the reference")
+        for r in slow_host.counted
+    )
+
+
+def test_records_without_probes_compare_as_before_and_say_so(tmp_path, capsys):
+    first = read_run(FIRST)
+    run = _with_samples(first, 2.0, 19)
+    reference = _with_samples(first, 1.0, 20)
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    write_run(a, _with_probes(run, 300.0, 21))
+    write_run(b, reference)  # an older record: no probe readings
+    assert compare.main([str(a), str(b)]) == 1  # slower, as before the probe existed
+    out = capsys.readouterr().out
+    assert out.count("no host probe in") == 1
+    assert f"- no host probe in REFERENCE {b}: drift between the runs not checked" in out
+    assert "| slower" in out or " slower" in out.split("Verdict")[1]
+    # The published records: neither side has readings, said once, verdicts unchanged.
+    assert compare.main([str(RERUN), str(FIRST), "--format", "text"]) == 1
+    out = capsys.readouterr().out
+    assert out.count("no host probe in") == 1
+    assert f"no host probe in RUN {RERUN} or REFERENCE {FIRST}" in out
+    assert "causal_transformer slower (+7.0%)" in out

@@ -82,3 +82,32 @@ def test_paired_rounds_find_a_constant_overhead():
     tool = bare * 1.03 * (1 + rng.normal(0, 0.002, 31))
     result = stats.paired(tool, bare)
     assert result.low < 1.03 < result.high and result.p_value < 1e-6
+
+
+def test_the_host_drift_is_the_ratio_of_the_probe_medians_with_an_interval():
+    rng = np.random.default_rng(9)
+    run = 264 * (1 + rng.normal(0, 0.01, 6))
+    reference = 300 * (1 + rng.normal(0, 0.01, 6))
+    host = stats.drift(run, reference)
+    assert host.ratio == pytest.approx(np.median(run) / np.median(reference))
+    assert host.low <= host.ratio <= host.high and host.high - host.low < 0.05
+    assert host.readings == (6, 6)
+    single = stats.drift([264.0], [300.0])  # one reading a side: the point is the interval
+    assert single.low == single.ratio == single.high == pytest.approx(0.88)
+    with pytest.raises(ValueError):
+        stats.drift([], [300.0])
+
+
+def test_a_change_must_clear_the_band_around_the_drift():
+    host = stats.drift([264.0, 265.0, 263.0], [300.0, 301.0, 299.0])  # ~0.88
+    floor, ceiling = stats.drift_band(host, 0.05)
+    assert floor == pytest.approx(host.low * 0.95) and ceiling == pytest.approx(host.high * 1.05)
+    explained = stats.Comparison(0.878, 0.72, 0.92, 0.001, (5, 5))  # the A/A row of issue 17
+    assert not stats.beyond_drift(explained, host, 0.05)
+    beyond = stats.Comparison(0.5, 0.45, 0.55, 0.001, (5, 5))
+    assert stats.beyond_drift(beyond, host, 0.05)
+    # Slower while the host ran faster: the drift does not explain it.
+    assert stats.beyond_drift(stats.Comparison(1.2, 1.1, 1.3, 0.001, (5, 5)), host, 0.05)
+    steady = stats.drift([300.0], [300.0])
+    assert not stats.beyond_drift(stats.Comparison(1.2, 1.04, 1.3, 0.001, (5, 5)), steady, 0.05)
+    assert stats.beyond_drift(stats.Comparison(1.2, None, None, None, (1, 1)), steady, 0.05)

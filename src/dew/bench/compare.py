@@ -8,10 +8,17 @@ per row the ratios run / reference of ms/step, p50, samples/s, util and peak GiB
 verdict: `faster`/`slower` only beyond the band AND significant at --alpha after
 Holm-Bonferroni over the rows (dew.bench.stats), `same` when the whole interval of the
 ratio lies inside the band, else `undecided` saying why; a side without raw samples (the
-published tables, schema 1) gets a band verdict on its point figures, and says so. Rows
-are matched on `row.key()` (see `match_rows`). A row
-whose model differs (GFLOP/step, backbone params, batch or sample) is "different model,
-not comparable": its ratios are shown but it does not decide the exit status.
+published tables, schema 1) gets a band verdict on its point figures, and says so.
+When both records hold host-speed probes (`host_probe_ms` of every repeat, taken before
+each round: dew.bench.hostprobe), the host's own drift between them, h = the median of the
+run's readings / the reference's with its interval (`stats.drift`), is shown in the header,
+and a `faster`/`slower` must also lie wholly beyond the band around h: a change the host's
+drift explains is `undecided` ("the host ran 12% faster during the run ..."). A record
+without readings (older ones, the published tables) is compared as before, and the header
+says once that the drift was not checked. Rows are matched on `row.key()` (see
+`match_rows`). A row whose model differs (GFLOP/step, backbone params, batch or sample)
+is "different model, not comparable": its ratios are shown but it does not decide the
+exit status.
 A compile-only RUN (settings.compile_only) has no times: compare prints the parity table
 instead, params and GFLOP/step against the reference (dew.bench.parity has the commands).
 
@@ -90,6 +97,8 @@ class Comparison:
     stack: list[StackDifference]
     not_recorded: list[str]
     rows: list[RowComparison]
+    host: stats.Drift | None = None  # the host probe's drift; None: a side has no readings
+    host_line: str | None = None  # the header's line on it (the drift, or why not checked)
 
     @property
     def counted(self) -> list[RowComparison]:
@@ -262,9 +271,12 @@ def compare_rows(run_row, ref_row, kind: str, band: float, note: str | None) -> 
     return row
 
 
-def decide(rows: list[RowComparison], band: float, alpha: float) -> None:
+def decide(
+    rows: list[RowComparison], band: float, alpha: float, host: stats.Drift | None = None
+) -> None:
     """The verdicts of the rows with samples on both sides, their p-values corrected
-    together by Holm-Bonferroni (dew.bench.stats)."""
+    together by Holm-Bonferroni (dew.bench.stats); then, with the host's drift measured,
+    every `faster`/`slower` held against the band around it."""
     tested = [row for row in rows if row.samples is not None and row.counts]
     adjusted = stats.holm([row.samples.p_value for row in tested])
     for row, p_value in zip(tested, adjusted, strict=True):
@@ -274,8 +286,74 @@ def decide(rows: list[RowComparison], band: float, alpha: float) -> None:
             # A change measured while other work ran says more about the host than the
             # stack (the seed: unet 54 ms/step under load against 16.4 idle).
             row.verdict, row.why = "undecided", f"{row.verdict} while {busy}"
+    for row in rows:
+        if host is not None and row.counts and row.verdict in ("faster", "slower"):
+            # A row without samples on a side (a band verdict) is held by its point ratio.
+            timed = row.samples or stats.Comparison(1 + row.change, None, None, None, (0, 0))
+            if not stats.beyond_drift(timed, host, band / 100):
+                row.verdict, row.why = "undecided", _drift_why(host, timed, band / 100)
         if row.why:
             row.notes.append(f"undecided: {row.why}")
+
+
+def _drift_why(host: stats.Drift, timed: stats.Comparison, band: float) -> str:
+    """Why a change the host's drift explains is undecided, with the figures."""
+    floor, ceiling = stats.drift_band(host, band)
+    low = timed.ratio if timed.low is None else timed.low
+    high = timed.ratio if timed.high is None else timed.high
+    shown = f"{low:.3f}-{high:.3f}" if timed.low is not None else f"{timed.ratio:.3f}"
+    return (
+        f"{_host_speed(host)} (host probe); the change is within that (ratio {shown} "
+        f"against the band {floor:.3f}-{ceiling:.3f} around the drift)"
+    )
+
+
+def _host_speed(host: stats.Drift) -> str:
+    """`the host ran 12% faster during the run than the reference`, from the probe's ratio
+    (like a row's ratio: 0.88 takes 12% less time)."""
+    change = host.ratio - 1
+    if round(abs(change) * 100) == 0:
+        return "the host ran at the same speed during the run and the reference"
+    word = "faster" if change < 0 else "slower"
+    return f"the host ran {abs(change):.0%} {word} during the run than the reference"
+
+
+def probe_readings(record: BenchmarkRun) -> list[float]:
+    """The record's host-probe readings, each once: the step benchmark takes one probe per
+    round and gives it to every row's repeat of that round, so a reading shared by rows is
+    one look at the host, not several."""
+    readings = {
+        repeat.host_probe_ms
+        for row in record.rows
+        for repeat in row.repeats or []
+        if repeat.host_probe_ms is not None
+    }
+    return sorted(readings)
+
+
+def host_drift(
+    run: BenchmarkRun, reference: BenchmarkRun, run_label: str, reference_label: str
+) -> tuple[stats.Drift | None, str]:
+    """The host's drift between the records (None when a side has no probe readings) and
+    the header's line on it."""
+    run_ms, ref_ms = probe_readings(run), probe_readings(reference)
+    missing = [
+        f"{which} {label}"
+        for which, label, readings in (
+            ("RUN", run_label, run_ms),
+            ("REFERENCE", reference_label, ref_ms),
+        )
+        if not readings
+    ]
+    if missing:
+        return None, f"no host probe in {' or '.join(missing)}: drift between the runs not checked"
+    host = stats.drift(run_ms, ref_ms)
+    line = (
+        f"host drift: the host probe read {host.ratio:.3f}x [{host.low:.3f}, {host.high:.3f}] "
+        f"run / reference ({host.readings[0]} and {host.readings[1]} readings): "
+        f"{_host_speed(host)}"
+    )
+    return host, line
 
 
 def _busy(row: StepRow | DataRow, side: str) -> str:
@@ -301,8 +379,11 @@ def compare(
         compare_rows(a, b, run.kind, band, note)
         for a, b, note in match_rows(run.rows, reference.rows)
     ]
-    decide(rows, band, alpha)
-    return Comparison(run_label, reference_label, run.kind, band, alpha, stack, unknown, rows)
+    host, host_line = host_drift(run, reference, run_label, reference_label)
+    decide(rows, band, alpha, host)
+    return Comparison(
+        run_label, reference_label, run.kind, band, alpha, stack, unknown, rows, host, host_line
+    )
 
 
 # --- the default reference ---------------------------------------------------------------

@@ -18,6 +18,9 @@ after another. With N = 1 it measures in this process, as before.
 Before measuring, the idle-host check of the step tool (dew.bench.idle, --idle-check
 error|warn|off; its readings are the record's idle_check); with repeats, a 1 s reading
 before each repeat after the first marks that repeat `host_busy` when the host was busy.
+Just before every repeat (the one in this process too) the host-speed probe
+(dew.bench.hostprobe, ~0.3 s) is taken and kept as the repeat's `host_probe_ms`: compare
+holds a change between two records against the host's own drift between them.
 
 A record that cannot be read or decoded stops the run with its index (exit status 2, one
 line on stderr), rather than being skipped: a figure over silently dropped records would
@@ -49,7 +52,7 @@ import numpy as np
 import pydantic
 import tyro
 
-from dew.bench import cli
+from dew.bench import cli, hostprobe
 from dew.bench.cli import UsageError
 from dew.bench.files import check_input_file, check_output_file
 from dew.bench.repeats import DIGITS, summarize_data
@@ -138,25 +141,33 @@ class RepeatFailed(Exception):
 def measure_repeats(args: Args, *, notify=_notice) -> DataRow:
     """The configuration's row over `args.repeats` processes (this one when 1)."""
     if args.repeats == 1:
-        return measure_loader(args.data, args.batch, args.steps, args.warmup, notify=notify)
+        probe = hostprobe.measure()
+        row = measure_loader(args.data, args.batch, args.steps, args.warmup, notify=notify)
+        return _with_readings(row, None, probe)
     rows = []
     for index in range(1, args.repeats + 1):
         busy = _busy(args.idle_check) if index > 1 else None
+        probe = hostprobe.measure()  # after the idle reading, right before the repeat
         # The notices (capped workers) are the same in every process: shown once.
         try:
             row = measure_in_child(args, notify=notify if index == 1 else lambda line: None)
         except RepeatFailed as error:
             raise RepeatFailed(f"repeat {index} of {args.repeats}: {error}") from None
-        if busy and row.repeats:
-            row = row.model_copy(
-                update={"repeats": [r.model_copy(update={"host_busy": busy}) for r in row.repeats]}
-            )
+        row = _with_readings(row, busy, probe)
         notify(
             f"repeat {index}/{args.repeats}: {row.samples_per_s:.1f} samples/s, "
             f"first batch {row.first_batch_s:.2f} s"
         )
         rows.append(row)
     return summarize_data(rows[0], [repeat for row in rows for repeat in row.repeats or []])
+
+
+def _with_readings(row: DataRow, busy: str | None, probe_ms: float) -> DataRow:
+    """The row with the host readings taken before its repeat: busy (when it was) and the
+    host probe."""
+    update = {"host_probe_ms": round(probe_ms, DIGITS)} | ({"host_busy": busy} if busy else {})
+    repeats = [repeat.model_copy(update=update) for repeat in row.repeats or []]
+    return row.model_copy(update={"repeats": repeats}) if repeats else row
 
 
 def _busy(mode: str) -> str | None:

@@ -177,6 +177,49 @@ def verdict(
     return "undecided", f"the interval {low:.3f}-{high:.3f} includes no change"
 
 
+# --- host drift between two records ----------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Drift:
+    """The host probe's ratio run / reference; < 1: the host ran faster during the run."""
+
+    ratio: float
+    low: float  # its 95% interval
+    high: float
+    readings: tuple[int, int]  # (run, reference)
+
+
+def drift(run: Sequence[float], reference: Sequence[float]) -> Drift:
+    """The ratio of the medians of two sets of probe readings, and its 95% interval."""
+    run_ms, ref_ms = np.asarray(run, dtype=float), np.asarray(reference, dtype=float)
+    if not (run_ms.size and ref_ms.size):
+        raise ValueError("drift needs at least one probe reading on each side")
+    ratio = float(np.median(run_ms) / np.median(ref_ms))
+    rng = np.random.default_rng(SEED)
+    ratios = np.median(rng.choice(run_ms, (RESAMPLES, run_ms.size)), axis=1) / np.median(
+        rng.choice(ref_ms, (RESAMPLES, ref_ms.size)), axis=1
+    )
+    tail = (1 - CONFIDENCE) / 2 * 100
+    low, high = np.percentile(ratios, [tail, 100 - tail])
+    # With one reading a side every replicate is the point itself: the interval is that.
+    return Drift(ratio, float(min(low, ratio)), float(max(high, ratio)), (run_ms.size, ref_ms.size))
+
+
+def drift_band(host: Drift, band: float) -> tuple[float, float]:
+    """The ratios the host's drift explains: the band (a fraction) around h's interval."""
+    return host.low * (1 - band), host.high * (1 + band)
+
+
+def beyond_drift(comparison: Comparison, host: Drift, band: float) -> bool:
+    """Whether the ratio's whole interval (the point without one) lies beyond the band
+    around the host's drift, on the side of the change."""
+    low = comparison.ratio if comparison.low is None else comparison.low
+    high = comparison.ratio if comparison.high is None else comparison.high
+    floor, ceiling = drift_band(host, band)
+    return low > ceiling if comparison.ratio > 1 else high < floor
+
+
 # --- paired rounds -----------------------------------------------------------------------------
 
 
