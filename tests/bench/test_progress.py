@@ -217,3 +217,20 @@ def test_an_error_inside_closes_the_live_region():
             raise RuntimeError("boom")
     assert CLOSED.search(out.getvalue())
     assert progress._live.is_started is False
+
+
+def test_a_case_can_leave_a_stage_without_a_line_and_still_count_for_the_eta():
+    out, clock = io.StringIO(), Clock()
+    with Progress(["unet", "dit"], stream=out, live=False, clock=clock) as progress:
+        progress.stage("compile", [0, 1])
+        progress.set(0, "compiling")
+        clock.now += 8
+        progress.set(0, "compiled, waiting")
+        progress.finish(0, None)  # compiled: it waits for the time stage, nothing to print
+        progress.set(1, "compiling")
+    assert out.getvalue().splitlines() == [
+        "[compile] 2 cases",
+        "[compile 1/2] unet: compiling (ETA ?)",
+        "[compile 1/2] unet: compiled, waiting (ETA ?)",
+        "[compile 2/2] dit: compiling (ETA 8s)",
+    ]

@@ -135,13 +135,6 @@ class CaseProcess:
         return make_row(self.case, self.compiled, status="failed", error=error)
 
 
-def run_case_isolated(case: Case, options: Options) -> StepRow:
-    """One case in a child process; a crash of the child is a failed row, not a failed run."""
-    child = CaseProcess(case, options)
-    child.wait_ready()
-    return child.go()
-
-
 def die_with_parent(parent_pid: int) -> None:
     """A `kill -9` of the sweep must not leave a child computing (and holding the GPU).
 

@@ -194,8 +194,9 @@ class Progress:
                 self._write(f"[{stage.name} {position}] {self.labels[index]}: {phase} (ETA {eta})")
             self._redraw()
 
-    def finish(self, index: int, line: str, ok: bool = True) -> None:
-        """The case left the stage; `line`, its result, is printed exactly as given."""
+    def finish(self, index: int, line: str | None, ok: bool = True) -> None:
+        """The case left the stage; `line`, its result, is printed exactly as given (None:
+        nothing printed, e.g. a case compiled and waiting for its timed stage)."""
         with self._lock:
             case = self._case(index)
             now = self._clock()
@@ -207,7 +208,8 @@ class Progress:
                 self._failed += not ok
                 self._last_finish = now
             self._redraw()  # so the region drawn under the line already lacks the case
-            self._print(line)
+            if line is not None:
+                self._print(line)
             stage = self._stage
             if first and all(self._cases[i].finished for i in stage.indices):
                 failed = f", {self._failed} failed" if self._failed else ""

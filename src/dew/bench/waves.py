@@ -53,6 +53,8 @@ class Progress:
 
     def set(self, index: int, phase: str) -> None: ...
 
+    def finish(self, index: int, line: str | None, ok: bool = True) -> None: ...
+
 
 def run_round(
     items: Sequence[tuple[int, Case]],
@@ -138,6 +140,7 @@ def _compile_stage(
                     seconds = time.perf_counter() - start
                     if future.result():
                         progress.set(index, "compiled, waiting")
+                        progress.finish(index, None)  # its compile stage is over
                         ready.append((index, case, child, seconds))
                     else:  # it ended before its turn: a failed row (or a compile-only one)
                         on_row(index, case, child.go(), seconds)
