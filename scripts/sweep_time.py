@@ -7,10 +7,13 @@ Runs the step benchmark of a checkout (this one by default; an older commit's wo
 a before/after) twice, as a user would: `tools/benchmark_step.py --preset cpu-smoke --steps
 2` with JAX_PLATFORMS=cpu and 8 simulated devices, first with an empty compilation cache
 (a fresh XDG_CACHE_HOME: cold), then again with the cache the first run filled (warm).
-Prints each run's wall time, the rows' summed compile_s, the phase totals (records of
-schema 3 keep them; older code has none) and the number of compiles that overlapped a
-timed window (dew.bench.phases.overlaps), then every row's ms/step in both runs. With
---out, writes all of it as JSON (the figures docs/performance.md quotes). Exit 0 when both
+Prints each run's wall time and CPU time (every process of the sweep), the host probe
+just before it (dew.bench.hostprobe: the machine's speed drifts between runs), the rows'
+summed compile_s, the phase totals (records of schema 3 keep them; older code has none)
+and the number of compiles that overlapped a timed window (dew.bench.phases.overlaps),
+then every row's ms/step in both runs. With
+--out, writes all of it as JSON (the figures docs/performance.md quotes; name it
+*.sweep.json: the results site then does not take it for a record). Exit 0 when both
 runs finished with every row ok, 1 otherwise, 2 on bad input.
 """
 
@@ -19,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -47,6 +51,8 @@ class Args:
     steps: int = 2
     extra: str = ""
     """more flags for benchmark_step, e.g. '--compile-jobs 1'"""
+    overwrite: bool = False
+    """replace an existing --out"""
 
 
 def sweep(args: Args, cache: Path, record: Path) -> dict:
@@ -63,10 +69,25 @@ def sweep(args: Args, cache: Path, record: Path) -> dict:
         "--preset", args.preset, "--steps", str(args.steps), "--json-out", str(record),
         *args.extra.split(),
     ]  # fmt: skip
-    start = time.perf_counter()
+    from dew.bench import hostprobe
+
+    probe = hostprobe.measure()  # the host's speed just before: runs on a drifting host differ
+    start, used = time.perf_counter(), _children_cpu()
     done = subprocess.run(command, cwd=args.checkout, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - start
-    return {"wall_s": round(wall, 1), "exit": done.returncode, **figures(record)}
+    cpu = _children_cpu() - used  # every process of the sweep: it waits for all of them
+    return {
+        "wall_s": round(wall, 1),
+        "cpu_s": round(cpu, 1),
+        "host_probe_ms": round(probe, 1),
+        "exit": done.returncode,
+        **figures(record),
+    }
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def figures(path: Path) -> dict:
@@ -99,8 +120,10 @@ def report(label: str, runs: dict[str, dict]) -> str:
     lines = []
     for mode, run in runs.items():
         lines.append(
-            f"{label} {mode}: wall {run['wall_s']:.1f} s, exit {run['exit']}, "
-            f"{run['ok']} rows ok, compile_s summed {run.get('compile_s_sum', 0):.1f} s"
+            f"{label} {mode}: wall {run['wall_s']:.1f} s, CPU {run['cpu_s']:.1f} s, "
+            f"host probe {run['host_probe_ms']:.1f} ms, "
+            f"exit {run['exit']}, {run['ok']} rows ok, "
+            f"compile_s summed {run.get('compile_s_sum', 0):.1f} s"
         )
         if run.get("phase_totals_s"):
             parts = ", ".join(f"{k} {v:.1f}" for k, v in run["phase_totals_s"].items())
@@ -126,7 +149,7 @@ def _main(args: Args) -> int:
     if args.steps < 1:
         raise cli.UsageError(f"--steps must be at least 1 (got {args.steps})")
     if args.out is not None:
-        check_output_file(str(args.out), flag="--out", overwrite=True)
+        check_output_file(str(args.out), flag="--out", overwrite=args.overwrite)
     label = args.label or commit(args.checkout)
     runs = {}
     with tempfile.TemporaryDirectory(prefix="dew-sweep-time-") as scratch:

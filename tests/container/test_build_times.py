@@ -1,23 +1,11 @@
 """docker/engine.py's build-time bookkeeping: how long the last build of each kind took, kept
 in a small JSON file and said before the next build. No engine and no build needed."""
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from docker_modules import load
 
-
-def _helper():
-    spec = importlib.util.spec_from_file_location("dew_engine", ROOT / "docker" / "engine.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-containers = _helper()
+containers = load("dew_engine", "engine.py")
 
 
 def test_the_times_live_in_the_cache_dir():

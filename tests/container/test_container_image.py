@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from docker_modules import load
 
 pytestmark = pytest.mark.container
 
@@ -24,15 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SMOKE_ENV = {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
 
 
-def _helper():
-    spec = importlib.util.spec_from_file_location("dew_engine", ROOT / "docker" / "engine.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-containers = _helper()
+containers = load("dew_engine", "engine.py")
 
 
 def _unavailable(reason: str):

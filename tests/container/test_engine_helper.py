@@ -1,26 +1,18 @@
 """docker/engine.py's parts that need no engine: the mirror read from apt's configuration,
 the image tag's content hash, the engine choice, and the Dockerfile's lint."""
 
-import importlib.util
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from docker_modules import load
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _helper():
-    spec = importlib.util.spec_from_file_location("dew_engine", ROOT / "docker" / "engine.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-containers = _helper()
+containers = load("dew_engine", "engine.py")
 
 
 def _etc_apt(tmp_path: Path, sources: str = "", listing: str = "") -> Path:

@@ -3,28 +3,20 @@ what can and cannot be reproduced from a record, the A/B command line and round 
 step tool's flags for a record's settings, worktrees that never outlive their use, the
 directories handed to the image's user, and the base's packages and snapshot."""
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from docker_modules import load
 
 ROOT = Path(__file__).resolve().parents[2]
 PUBLISHED = ROOT / "results" / "published" / "2026-09-02-rtx4080-6b0f119-small.json"
 
 
-def _load(name: str, file: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "docker" / file)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-containers = _load("dew_engine", "engine.py")
-stacks = _load("dew_stacks", "stacks.py")
+containers = load("dew_engine", "engine.py")
+stacks = load("dew_stacks", "stacks.py")
 
 
 def git(*args: str) -> str:

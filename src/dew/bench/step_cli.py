@@ -19,7 +19,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from dew.bench import cli, presets
+from dew.bench import cli, hostprobe, presets
 from dew.bench.files import check_output_dir, check_output_file
 from dew.bench.settings import CACHE_OFF, Options, append_xla_flags
 
@@ -116,7 +116,7 @@ def compile_jobs(options: Options, platform: str, cases: int) -> tuple[Options, 
     if not options.isolate:
         jobs = 1
     elif jobs is None:
-        jobs = min(_cpu_count(), max(cases, 1)) if platform == "cpu" else 1
+        jobs = min(hostprobe.cores(), max(cases, 1)) if platform == "cpu" else 1
     elif jobs > 1 and platform != "cpu":
         warnings.append(
             f"--compile-jobs {jobs} on {platform}: the compiles autotune concurrently on "
@@ -124,13 +124,6 @@ def compile_jobs(options: Options, platform: str, cases: int) -> tuple[Options, 
             "waiting case holds device memory; this was never measured on a GPU"
         )
     return dataclasses.replace(options, compile_jobs=jobs), warnings
-
-
-def _cpu_count() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 def check_outputs(args: Args) -> None:

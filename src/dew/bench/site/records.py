@@ -75,10 +75,11 @@ class Loaded:
 
 
 def record_files(directory: Path, exclude: Path | None) -> list[Path]:
-    """The *.json files under `directory`, sorted, without schema files or `exclude`."""
+    """The *.json files under `directory`, sorted, without `exclude`, the schema files and
+    the sweep timings of scripts/sweep_time.py (*.sweep.json: not records)."""
     found = []
     for path in sorted(directory.rglob("*.json")):
-        if path.name.endswith(".schema.json") or not path.is_file():
+        if path.name.endswith((".schema.json", ".sweep.json")) or not path.is_file():
             continue
         if exclude is not None and path.resolve().is_relative_to(exclude):
             continue
