@@ -14,14 +14,13 @@ import contextlib
 import time
 from collections.abc import Iterable, Iterator, Sequence
 
-from dew.bench.schema import Phase
+from dew.bench.schema import Phase, StepRow
 
 
 class PhaseClock:
     """The phases of one process, in the order they ran."""
 
-    def __init__(self, where: str = "case"):
-        self.where = where
+    def __init__(self):
         self.phases: list[Phase] = []
 
     @contextlib.contextmanager
@@ -34,12 +33,15 @@ class PhaseClock:
             self.add(name, began, time.perf_counter() - start)
 
     def add(self, name: str, began: float, seconds: float) -> None:
-        self.phases.append(
-            Phase(name=name, where=self.where, start=round(began, 3), seconds=round(seconds, 3))
-        )
+        self.phases.append(Phase(name=name, start=round(began, 3), seconds=round(seconds, 3)))
 
     def dump(self) -> list[dict]:
         return [phase.model_dump() for phase in self.phases]
+
+
+def of_rows(rows: Iterable[StepRow]) -> list[Phase]:
+    """Every phase of every repeat of `rows` (none for rows of records before schema 3)."""
+    return [phase for row in rows for repeat in row.repeats or [] for phase in repeat.phases or []]
 
 
 def totals(phases: Iterable[Phase]) -> dict[str, float]:
@@ -58,7 +60,7 @@ COMPILING = ("trace_lower", "compile", "init")  # may run XLA (init jits the ini
 def overlaps(phases: Sequence[Phase]) -> list[tuple[Phase, Phase]]:
     """Every (compiling phase, timed phase) pair whose wall-clock spans intersect: what
     --compile-jobs must never produce. The phases of one process run one after another, so
-    any pair found comes from two processes (two rows, or a row and its compile job)."""
+    any pair found comes from two processes (two rows, or two repeats of one)."""
     timed = [p for p in phases if p.name == "timed"]
     compiling = [p for p in phases if p.name in COMPILING]
     found = []

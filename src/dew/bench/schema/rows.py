@@ -47,11 +47,6 @@ class Phase(Record):
     """Where a case's process spent its time: one phase, from its wall-clock start."""
 
     name: Literal[PHASES]  # type: ignore[valid-type]
-    where: Literal["case", "compile job"] = Field(
-        default="case",
-        description="the process it ran in: the case's own, or the compile job that "
-        "compiled it ahead of the timed phase (--compile-jobs)",
-    )
     start: NonNegFloat = Field(description="Unix time (s) when the phase began")
     seconds: NonNegFloat
 
