@@ -91,13 +91,13 @@ def _children_cpu() -> float:
 
 
 def figures(path: Path) -> dict:
-    from dew.bench.phases import overlaps, totals
+    from dew.bench.phases import of_rows, overlaps, totals
     from dew.bench.schema import read_run
 
     if not path.is_file():
         return {"rows": {}, "ok": 0}
     rows = read_run(path).rows
-    phases = [p for row in rows for r in row.repeats or [] for p in r.phases or []]
+    phases = of_rows(rows)
     return {
         "ok": sum(row.status == "ok" for row in rows),
         "compile_s_sum": round(sum(row.compile_s or 0.0 for row in rows), 1),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scipy import stats as scipy_stats
 
 from dew.bench import stats
 
@@ -72,7 +73,7 @@ def test_the_test_counts_repeats_not_steps():
     pooled, ours = [], []
     for _ in range(200):
         a, b = processes(5), processes(5)
-        pooled.append(stats.scipy_stats.mannwhitneyu(np.concatenate(a), np.concatenate(b)).pvalue)
+        pooled.append(scipy_stats.mannwhitneyu(np.concatenate(a), np.concatenate(b)).pvalue)
         ours.append(stats.repeat_test(a, b))
     pooled_rate = np.mean(np.array(pooled) < 0.05)
     ours_rate = np.mean(np.array(ours) < 0.05)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from dew.bench import step
-from dew.bench.phases import COMPILING, overlaps
+from dew.bench.phases import COMPILING, of_rows, overlaps
 from dew.bench.presets import Case
 from dew.bench.schema import read_run
 from dew.bench.settings import Options
@@ -32,10 +32,6 @@ def _options(**overrides) -> Options:
     return Options(**{**base, **overrides})
 
 
-def _phases(record):
-    return [p for row in record.rows for r in row.repeats or [] for p in r.phases or []]
-
-
 def test_cases_compile_in_parallel_and_no_compile_overlaps_a_timed_window(tmp_path):
     out = tmp_path / "run.json"
     lines = []
@@ -43,7 +39,7 @@ def test_cases_compile_in_parallel_and_no_compile_overlaps_a_timed_window(tmp_pa
 
     assert [row.status for row in record.rows] == ["ok"] * 3
     assert [row.label() for row in record.rows] == [case.label() for case in CHEAP]
-    phases = _phases(record)
+    phases = of_rows(record.rows)
     assert overlaps(phases) == []
     # ... and the compiles did run two at a time (the phases of different processes).
     compiles = [p for p in phases if p.name == "compile"]

@@ -10,7 +10,7 @@ Holm-Bonferroni over the rows (dew.bench.stats), `same` when the whole interval 
 ratio lies inside the band, else `undecided` saying why; a side without raw samples (the
 published tables, schema 1) gets a band verdict on its point figures, and says so.
 When both records hold host-speed probes (`host_probe_ms` of every repeat, taken before
-each round: dew.bench.hostprobe), the host's own drift between them, h = the median of the
+the repeat was timed: dew.bench.hostprobe), the host's own drift between them, h = the median of the
 run's readings / the reference's with its interval (`stats.drift`), is shown in the header,
 and a `faster`/`slower` must also lie wholly beyond the band around h: a change the host's
 drift explains is `undecided` ("the host ran 12% faster during the run ..."). A record
@@ -299,8 +299,7 @@ def decide(
 def _drift_why(host: stats.Drift, timed: stats.Comparison, band: float) -> str:
     """Why a change the host's drift explains is undecided, with the figures."""
     floor, ceiling = stats.drift_band(host, band)
-    low = timed.ratio if timed.low is None else timed.low
-    high = timed.ratio if timed.high is None else timed.high
+    low, high = timed.span()
     shown = f"{low:.3f}-{high:.3f}" if timed.low is not None else f"{timed.ratio:.3f}"
     return (
         f"{_host_speed(host)} (host probe); the change is within that (ratio {shown} "
@@ -320,8 +319,8 @@ def _host_speed(host: stats.Drift) -> str:
 
 def probe_readings(record: BenchmarkRun) -> list[float]:
     """The record's host-probe readings, each once: the step benchmark takes one probe per
-    round and gives it to every row's repeat of that round, so a reading shared by rows is
-    one look at the host, not several."""
+    time stage and gives it to every row's repeat timed in that stage, so a reading shared
+    by rows is one look at the host, not several."""
     readings = {
         repeat.host_probe_ms
         for row in record.rows

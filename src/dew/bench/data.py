@@ -55,7 +55,7 @@ import tyro
 from dew.bench import cli, hostprobe
 from dew.bench.cli import UsageError
 from dew.bench.files import check_input_file, check_output_file
-from dew.bench.repeats import DIGITS, summarize_data
+from dew.bench.repeats import DIGITS, summarize_data, with_host_readings
 from dew.bench.schema import (
     SCHEMA_VERSION,
     BenchmarkRun,
@@ -143,7 +143,7 @@ def measure_repeats(args: Args, *, notify=_notice) -> DataRow:
     if args.repeats == 1:
         probe = hostprobe.measure()
         row = measure_loader(args.data, args.batch, args.steps, args.warmup, notify=notify)
-        return _with_readings(row, None, probe)
+        return with_host_readings(row, None, probe)
     rows = []
     for index in range(1, args.repeats + 1):
         busy = _busy(args.idle_check) if index > 1 else None
@@ -153,21 +153,13 @@ def measure_repeats(args: Args, *, notify=_notice) -> DataRow:
             row = measure_in_child(args, notify=notify if index == 1 else lambda line: None)
         except RepeatFailed as error:
             raise RepeatFailed(f"repeat {index} of {args.repeats}: {error}") from None
-        row = _with_readings(row, busy, probe)
+        row = with_host_readings(row, busy, probe)
         notify(
             f"repeat {index}/{args.repeats}: {row.samples_per_s:.1f} samples/s, "
             f"first batch {row.first_batch_s:.2f} s"
         )
         rows.append(row)
     return summarize_data(rows[0], [repeat for row in rows for repeat in row.repeats or []])
-
-
-def _with_readings(row: DataRow, busy: str | None, probe_ms: float) -> DataRow:
-    """The row with the host readings taken before its repeat: busy (when it was) and the
-    host probe."""
-    update = {"host_probe_ms": round(probe_ms, DIGITS)} | ({"host_busy": busy} if busy else {})
-    repeats = [repeat.model_copy(update=update) for repeat in row.repeats or []]
-    return row.model_copy(update={"repeats": repeats}) if repeats else row
 
 
 def _busy(mode: str) -> str | None:

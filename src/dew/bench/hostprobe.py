@@ -1,10 +1,11 @@
-"""How fast is this host right now? A fixed CPU workload, timed, before every round.
+"""How fast is this host right now? A fixed CPU workload, timed, before cases are timed.
 
 Why it exists: two runs of the same commit a few minutes apart on a shared VM read 10-15%
 apart (the A/A test of issue 17: uvit 0.878 [0.721, 0.924], every repeat of one run
 slower than every repeat of the other), because the host itself ran faster during the
 second run. The statistics of one record cannot tell such drift between two runs from a
-change of the code. So each round (the step benchmark) and each repeat (the loader) is
+change of the code. So each time stage of the step benchmark (dew.bench.waves: the cases
+compiled and waiting, timed one after another) and each repeat of the loader is
 preceded by `measure()`, recorded as the repeat's `host_probe_ms`, and `dew.bench.compare`
 holds a row's change against the drift of the probe between the two records
 (dew.bench.stats.drift): a change the host's own drift explains is `undecided`.
@@ -89,7 +90,7 @@ def measure(bursts: int = BURSTS) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class Args:
-    """Time the fixed CPU workload the benchmarks record before each round (host_probe_ms)."""
+    """Time the fixed CPU workload the benchmarks record before timing (host_probe_ms)."""
 
     bursts: int = BURSTS
     """bursts whose median is the reading (>= 1)"""

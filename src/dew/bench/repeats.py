@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from dew.bench import stats
 from dew.bench.schema import DataRepeat, DataRow, StepRepeat, StepRow
 
 DIGITS = 4  # raw samples kept to 0.1 us: a 100-step repeat is about 1 KB of JSON
@@ -25,6 +26,17 @@ def step_repeat(ms_per_step: float, synced_ms: Sequence[float], compile_s: float
         synced_ms=[round(value, DIGITS) for value in synced_ms],
         compile_s=compile_s,
     )
+
+
+def with_host_readings(row, busy: str | None, probe_ms: float | None):
+    """The step or loader row with the host readings taken before its repeat on each of its
+    repeats: why the idle check found the host busy (None: it did not) and the host probe's
+    ms (dew.bench.hostprobe; None: not read). A row without repeats is returned as it is."""
+    if not row.repeats:
+        return row
+    probe = None if probe_ms is None else round(probe_ms, DIGITS)
+    update = {"host_busy": busy, "host_probe_ms": probe}
+    return row.model_copy(update={"repeats": [r.model_copy(update=update) for r in row.repeats]})
 
 
 def merge_step(previous: StepRow | None, new: StepRow) -> StepRow:
@@ -44,8 +56,6 @@ def summarize_step(
     row: StepRow, repeats: list[StepRepeat], first: StepRow | None = None
 ) -> StepRow:
     """`row` with its figures the medians over `repeats`, the interval and the warnings."""
-    from dew.bench import stats  # scipy: not imported by every case's process
-
     if not repeats:
         return row
     figures = [repeat.ms_per_step for repeat in repeats]
@@ -83,7 +93,6 @@ def busy_warnings(repeats: Sequence[StepRepeat | DataRepeat]) -> list[str]:
 
 def step_groups(row: StepRow) -> list[np.ndarray] | None:
     """The row's samples for a comparison, None for a row that holds summaries only."""
-    from dew.bench import stats  # scipy: not imported by every case's process
 
     if not row.repeats:
         return None
@@ -96,7 +105,6 @@ def step_groups(row: StepRow) -> list[np.ndarray] | None:
 
 def summarize_data(row: DataRow, repeats: list[DataRepeat]) -> DataRow:
     """A loader row with its figures the medians over `repeats` (ms per batch decides)."""
-    from dew.bench import stats  # scipy: not imported by every case's process
 
     if not repeats:
         return row
@@ -122,7 +130,6 @@ def summarize_data(row: DataRow, repeats: list[DataRepeat]) -> DataRow:
 
 def data_groups(row: DataRow) -> list[np.ndarray] | None:
     """The loader row's samples (ms per batch) for a comparison; None without samples."""
-    from dew.bench import stats  # scipy: not imported by every case's process
 
     if not row.repeats:
         return None

@@ -194,9 +194,9 @@ def phase_totals(rows: Sequence[StepRow], fmt: str = "tsv") -> str:
     """The line under the step table: where the sweep's time went, summed over its rows'
     processes (dew.bench.phases), and the wall time from the first process start to the
     last phase's end. Empty when no row has phases (records before schema 3)."""
-    from dew.bench.phases import totals
+    from dew.bench.phases import of_rows, totals
 
-    phases = [p for row in rows for r in row.repeats or [] for p in r.phases or []]
+    phases = of_rows(rows)
     if not phases:
         return ""
     sums = totals(phases)

@@ -38,7 +38,6 @@ import dataclasses
 from collections.abc import Sequence
 
 import numpy as np
-from scipy import stats as scipy_stats
 
 RESAMPLES = 2000
 SEED = 0
@@ -128,9 +127,15 @@ class Comparison:
     p_value: float | None  # Welch's t on the repeats' log figures, two-sided, before Holm
     repeats: tuple[int, int]  # (run, reference)
 
+    def span(self) -> tuple[float, float]:
+        """The ratio's interval; the ratio itself at both ends when a side has no samples."""
+        low = self.ratio if self.low is None else self.low
+        high = self.ratio if self.high is None else self.high
+        return low, high
+
 
 def compare_rows(run: Sequence[np.ndarray], reference: Sequence[np.ndarray]) -> Comparison:
-    """The ratio run / reference of the rows' figures, its interval and the U test's p."""
+    """The ratio run / reference of the rows' figures, its interval and the repeat test's p."""
     ratio = figure(run) / figure(reference)
     rng = np.random.default_rng(SEED)
     ratios = replicates(run, rng) / replicates(reference, rng)
@@ -148,6 +153,8 @@ def repeat_test(run: Sequence[np.ndarray], reference: Sequence[np.ndarray]) -> f
     ref_logs = np.log([group.mean() for group in reference])
     if run_logs.size < 2 or ref_logs.size < 2:
         return None
+    from scipy import stats as scipy_stats  # here, not at the top: see `paired`
+
     p = float(scipy_stats.ttest_ind(run_logs, ref_logs, equal_var=False).pvalue)
     return p if np.isfinite(p) else None
 
@@ -235,8 +242,7 @@ def drift_band(host: Drift, band: float) -> tuple[float, float]:
 def beyond_drift(comparison: Comparison, host: Drift, band: float) -> bool:
     """Whether the ratio's whole interval (the point without one) lies beyond the band
     around the host's drift, on the side of the change."""
-    low = comparison.ratio if comparison.low is None else comparison.low
-    high = comparison.ratio if comparison.high is None else comparison.high
+    low, high = comparison.span()
     floor, ceiling = drift_band(host, band)
     return low > ceiling if comparison.ratio > 1 else high < floor
 
@@ -261,6 +267,10 @@ def paired(a: Sequence[float], b: Sequence[float]) -> Paired:
     median = float(np.median(ratios))
     if ratios.size < 2:
         return Paired(median, median, median, None, int(ratios.size))
+    # scipy is imported where a test runs, not with the module: every case's process
+    # imports this one (through dew.bench.repeats) and would pay 0.66 s for nothing.
+    from scipy import stats as scipy_stats
+
     result = scipy_stats.bootstrap(
         (ratios,), np.median, confidence_level=CONFIDENCE, n_resamples=RESAMPLES,
         method="percentile", random_state=np.random.default_rng(SEED),

@@ -22,7 +22,7 @@ from dew.bench import hostprobe
 from dew.bench.cli import UsageError, one_line
 from dew.bench.presets import Case
 from dew.bench.progress import Progress
-from dew.bench.repeats import merge_step
+from dew.bench.repeats import merge_step, with_host_readings
 from dew.bench.schema import SCHEMA_VERSION, BenchmarkRun, Environment, StepRow, read_run, write_run
 from dew.bench.settings import Options, measured_with, settings_record
 
@@ -170,7 +170,7 @@ def run(
         probe: dict[str, float | None] = {"ms": None}
 
         def read_probe(probe=probe) -> None:
-            probe["ms"] = None if options.compile_only else round(hostprobe.measure(), 4)
+            probe["ms"] = None if options.compile_only else hostprobe.measure()
 
         todo = []  # (position in cases, case): what this round measures
         for position, case in enumerate(cases):
@@ -183,7 +183,7 @@ def run(
 
         def on_row(position, case, row, seconds, busy=busy, probe=probe, round_index=round_index):
             index = position + 1
-            row = merge_step(_find(rows, case.key()), _mark_round(row, busy, probe["ms"]))
+            row = merge_step(_find(rows, case.key()), with_host_readings(row, busy, probe["ms"]))
             _put(rows, row)
             if processes > 1:  # a run cut short by a dead process must not read as complete
                 partial = multihost.PARTIAL_NOTE.format(done=index, total=len(cases))
@@ -246,18 +246,6 @@ def _measure_in_process(
     row = run_case(case, options)
     if processes > 1:
         row = multihost.gather_row(row, f"row/{round_index}/{index}")
-    return row
-
-
-def _mark_round(row: StepRow, busy: str | None, probe: float | None) -> StepRow:
-    """The round's readings on the row's repeat: the idle check (a busy host taints its
-    figures) and the host-speed probe (compare reads the drift between two runs from it)."""
-    if row.repeats:
-        marked = [
-            repeat.model_copy(update={"host_busy": busy, "host_probe_ms": probe})
-            for repeat in row.repeats
-        ]
-        row = row.model_copy(update={"repeats": marked})
     return row
 
 
