@@ -64,6 +64,8 @@ def inputs(d: Path) -> list[tuple[str, list[str]]]:
         ("--compile-jobs 0", [*smoke, "--compile-jobs", "0"]),
         ("--compile-jobs -1", [*smoke, "--compile-jobs", "-1"]),
         ("--compile-jobs 2 --no-isolate", [*smoke, "--compile-jobs", "2", "--no-isolate"]),
+        ("--allocator jemalloc", [*smoke, "--allocator", "jemalloc"]),
+        ("--allocator tcmalloc --no-isolate", [*smoke, "--allocator", "tcmalloc", "--no-isolate"]),
         ("--repeats 0", [*smoke, "--repeats", "0"]),
         ("--warmup -1", [*smoke, "--warmup", "-1"]),
         ("--dtype float16", [*smoke, "--dtype", "float16"]),

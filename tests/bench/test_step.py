@@ -222,6 +222,8 @@ def test_resume_refuses_a_record_from_another_commit(tmp_path):
         (["--compile-jobs", "0"], ["--compile-jobs 0", "1 or more"]),
         (["--compile-jobs", "-2"], ["--compile-jobs -2", "1 or more"]),
         (["--compile-jobs", "2", "--no-isolate"], ["--compile-jobs 2", "--no-isolate"]),
+        (["--allocator", "tcmalloc", "--no-isolate"], ["--allocator tcmalloc", "--no-isolate"]),
+        (["--allocator", "jemalloc"], ["jemalloc", "tcmalloc"]),
         (["--preset", "big"], ["'big'", "cpu-smoke"]),
         (["--no-such-flag"], ["--no-such-flag"]),
         (["--mesh", '{"fsdpp": 2}'], ["'fsdpp'", "min_shard_size"]),

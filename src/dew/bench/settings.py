@@ -49,6 +49,9 @@ class Options:
     would autotune concurrently on the one device)"""
     xla_flags: str | None = None
     """appended to XLA_FLAGS for the cases"""
+    allocator: Literal["auto", "tcmalloc", "system"] = "auto"
+    """malloc of the cases' processes (dew.bench.allocator): auto is tcmalloc on CPU where
+    installed (XLA's compile frees millions of small objects), the system's otherwise"""
     compilation_cache_dir: str | None = None
     """JAX's persistent compilation cache ('off': none); a second run skips the compile"""
     attention_impl: AttentionImpl | None = None

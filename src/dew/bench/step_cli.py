@@ -19,7 +19,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from dew.bench import cli, hostprobe, presets
+from dew.bench import allocator, cli, hostprobe, presets
 from dew.bench.files import check_output_dir, check_output_file
 from dew.bench.settings import CACHE_OFF, Options, append_xla_flags
 
@@ -67,6 +67,11 @@ def options_from(args: Args) -> tuple[Options, tuple[presets.Case, ...]]:
     if args.compile_jobs not in (None, 1) and not args.isolate:
         raise cli.UsageError(
             f"--compile-jobs {args.compile_jobs} needs each case in its own process; "
+            "--no-isolate runs them all in this one"
+        )
+    if args.allocator == "tcmalloc" and not args.isolate:
+        raise cli.UsageError(
+            "--allocator tcmalloc is preloaded into each case's own process; "
             "--no-isolate runs them all in this one"
         )
     if args.resume and not args.json_out:
@@ -126,6 +131,26 @@ def compile_jobs(options: Options, platform: str, cases: int) -> tuple[Options, 
     return dataclasses.replace(options, compile_jobs=jobs), warnings
 
 
+def malloc(options: Options, platform: str | None) -> Options:
+    """--allocator resolved (dew.bench.allocator): tcmalloc goes into LD_PRELOAD, which
+    the case processes inherit and the record's environment flags keep; a run whose cases
+    share this process (--no-isolate, a cluster: platform None) keeps the system's."""
+    if platform is None and options.allocator == "tcmalloc":
+        raise cli.UsageError(
+            "--allocator tcmalloc: a multi-process run times the cases in the processes "
+            "that joined the cluster; start those with LD_PRELOAD set instead"
+        )
+    library = None
+    if options.isolate and platform is not None:
+        try:
+            library = allocator.resolve(options.allocator, platform)
+        except ValueError as error:
+            raise cli.UsageError(str(error)) from None
+    if library is not None:
+        allocator.preload(os.environ, library)
+    return dataclasses.replace(options, allocator="tcmalloc" if library else "system")
+
+
 def check_outputs(args: Args) -> None:
     """Every path the run writes, before any work."""
     if args.json_out:
@@ -167,10 +192,13 @@ def _main(argv: list[str]) -> int:
         in_cluster = distributed.detect() is not None
     except distributed.DistributedSetupError as error:
         raise cli.UsageError(str(error)) from None
-    if not in_cluster:  # a cluster's devices are known only once it is joined
+    platform = None  # a cluster's devices are known only once it is joined
+    if not in_cluster:
         devices, warnings = preflight.prepare_environment(options, cases, log)
-        options, more = compile_jobs(options, devices.platform, len(cases))
+        platform = devices.platform
+        options, more = compile_jobs(options, platform, len(cases))
         warnings += more
+    options = malloc(options, platform)
     if not options.isolate and options.xla_flags:
         # In-process cases: XLA reads its flags when the backend starts, which is later.
         append_xla_flags(os.environ, options.xla_flags)

@@ -12,6 +12,8 @@ from pydantic import Field
 # An allowlist, not a denylist: a record carries these variables and nothing else, so a
 # token or password in the environment can never reach a published file.
 ENV_FLAG_PREFIXES = ("JAX_", "XLA_", "NCCL_", "CUDA_", "TF_")
+# Whole names outside those prefixes: LD_PRELOAD names the cases' malloc (dew.bench.allocator).
+ENV_FLAG_NAMES = ("LD_PRELOAD",)
 # Even inside the allowed prefixes a name that looks like a credential is refused.
 SECRET_NAME_PATTERN = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|(^|_)KEY($|_)", re.I)
 
@@ -28,7 +30,7 @@ EXCLUDED_FLAG_PREFIXES = ("TF_VAR_", "TF_TOKEN_", "TF_CLI_", "TF_HTTP_", "TF_WOR
 def is_recordable_env_flag(name: str) -> bool:
     """True for the variables a record may hold (allowlisted prefix, not credential-like)."""
     return (
-        name.startswith(ENV_FLAG_PREFIXES)
+        (name.startswith(ENV_FLAG_PREFIXES) or name in ENV_FLAG_NAMES)
         and not name.startswith(EXCLUDED_FLAG_PREFIXES)
         and not SECRET_NAME_PATTERN.search(name)
     )
