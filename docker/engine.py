@@ -34,9 +34,17 @@ VARIANTS = ("cpu", "cuda12", "cuda13")
 # The image for a pulled base. It has no Python of its own: the Dockerfile installs the
 # distribution's (3.12 on 24.04), which is what the wheelhouse is downloaded for.
 DEFAULT_BASE_IMAGE = "docker.io/library/ubuntu:24.04"
-OFFLINE_BASE_IMAGE = "localhost/dew-base:trixie"
 OFFLINE_SUITE = "trixie"
-OFFLINE_INCLUDE = "python3,python3-venv,ca-certificates"
+# What the first offline bases held (tagged plain "trixie", before tcmalloc joined): the
+# recipe of such a base when its labels name none.
+FIRST_OFFLINE_INCLUDE = "python3,python3-venv,ca-certificates"
+# tcmalloc: the step benchmark preloads it into its CPU cases (dew.bench.allocator).
+OFFLINE_INCLUDE = f"{FIRST_OFFLINE_INCLUDE},libtcmalloc-minimal4t64"
+# The tag names the package list: a base built with another list is another image, never
+# one reused under this name.
+OFFLINE_BASE_IMAGE = (
+    f"localhost/dew-base:{OFFLINE_SUITE}-{hashlib.sha256(OFFLINE_INCLUDE.encode()).hexdigest()[:8]}"
+)
 # Python of the distributions a base may be, for bases without python3 installed yet.
 DISTRO_PYTHON = {("ubuntu", "24.04"): "3.12", ("debian", "13"): "3.13", ("ubuntu", "22.04"): "3.10"}
 CACHE = Path(os.environ.get("DEW_CACHE_DIR") or Path.home() / ".cache" / "dew")
@@ -438,7 +446,7 @@ def _rebuild_statement(ref, digest, labels, suite, snapshot) -> str:
     recipe = labels.get("dew.base.recipe")
     repository = ref.split("@")[0].split(":")[0]  # by tag or by digest: localhost/dew-base
     if not recipe and repository == OFFLINE_BASE_IMAGE.split(":")[0] and suite:
-        recipe = f"debootstrap --variant=minbase --include={OFFLINE_INCLUDE}"
+        recipe = f"debootstrap --variant=minbase --include={FIRST_OFFLINE_INCLUDE}"
     if recipe and suite and snapshot:
         return (
             f"{recipe} {suite} from the Debian archive as of {snapshot} "
