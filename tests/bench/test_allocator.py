@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import subprocess
 import sys
@@ -48,18 +47,21 @@ def test_preload_goes_first_once_and_keeps_the_users():
 
 def test_malloc_preloads_for_the_children_and_says_which(tmp_path, monkeypatch):
     library = _fake_library(tmp_path, monkeypatch)
-    monkeypatch.delenv("LD_PRELOAD", raising=False)
+    # setenv first: monkeypatch then restores the variable as it was (an unset variable
+    # deleted with raising=False would not be remembered, and the fake library would leak).
+    monkeypatch.setenv("LD_PRELOAD", "/opt/mine.so")
     options = malloc(Options(), "cpu")
-    assert options.allocator == "tcmalloc" and os.environ["LD_PRELOAD"] == str(library)
+    assert options.allocator == "tcmalloc"
+    assert os.environ["LD_PRELOAD"] == f"{library} /opt/mine.so"
     # The record keeps it: LD_PRELOAD is one of the environment flags a record may hold.
     assert is_recordable_env_flag("LD_PRELOAD")
-    monkeypatch.delenv("LD_PRELOAD")
+    monkeypatch.setenv("LD_PRELOAD", "")
     assert malloc(Options(), "gpu").allocator == "system"
     assert malloc(Options(isolate=False), "cpu").allocator == "system"
-    assert "LD_PRELOAD" not in os.environ
+    assert malloc(Options(allocator="system"), "cpu").allocator == "system"
+    assert os.environ["LD_PRELOAD"] == ""
     with pytest.raises(UsageError, match="multi-process"):
         malloc(Options(allocator="tcmalloc"), None)
-    assert malloc(dataclasses.replace(Options(), allocator="system"), "cpu").allocator == "system"
 
 
 @pytest.mark.skipif(INSTALLED is None, reason="tcmalloc not installed (.ci/run installs it)")
