@@ -1,9 +1,10 @@
 """Which malloc the cases' processes use: tcmalloc where installed, on CPU, by default.
 
 XLA's CPU compiler allocates and frees small objects by the million (HLO graphs, MLIR
-contexts, LLVM modules), and glibc's malloc is slow at it: with tcmalloc preloaded the cold
-cpu-smoke sweep on 2 cores took 9% less wall time (8.5% less CPU), the warm one 17% less
-(sweeps alternated on one host: results/sweeps/cpu-smoke-malloc-*.sweep.json). A case's
+contexts, LLVM modules), and glibc's malloc is slow at it (a native profile of one
+compile: much of its time in free()). Alternating sweeps of cpu-smoke on 2 cores, 4 with
+tcmalloc, 3 without: cold median 9% shorter, the ratio's interval [0.83, 1.02] not yet
+clear of the host's noise (docs/performance.md, "The allocator"). A case's
 process gets it through LD_PRELOAD, set in this process before the children start, so the
 record's environment flags name it and compare lists a differing allocator as a stack
 difference. GPU runs keep the system's by default: the published tables were measured so.
