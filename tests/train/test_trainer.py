@@ -6,6 +6,7 @@ import jax
 import numpy as np
 import pytest
 
+from dew.train import trainer as trainer_module
 from dew.train.mesh import MeshSpec
 from dew.train.trainer import Trainer
 
@@ -40,6 +41,25 @@ def test_three_steps_on_fsdp8_train_with_sharded_donated_state(smoke_trainer):
     mu = state.opt_state[0].mu["model"]["blocks"][0]["mlp"]["up"]["kernel"][...]
     assert mu.sharding.spec == kernel.sharding.spec
     assert metrics["train/mfu"] is None  # a CPU has no published peak
+
+
+def test_a_small_state_computed_on_one_device_is_the_sharded_one(monkeypatch):
+    # Trainer.init computes a small state on one device and places it; a large one is
+    # computed in place, sharded: the same values, in the same shardings.
+    def initial_state():
+        trainer = Trainer(
+            "simple_dit", preset="cpu-smoke", mesh=MeshSpec(fsdp=8), compilation_cache_dir=None
+        )
+        return trainer._init_on_one_device, trainer.init()
+
+    one_device, placed = initial_state()
+    monkeypatch.setattr(trainer_module, "ONE_DEVICE_INIT_BYTES", 0)
+    sharded_too, sharded = initial_state()
+    assert one_device and not sharded_too
+    for a, b in zip(jax.tree.leaves(placed), jax.tree.leaves(sharded), strict=True):
+        assert a.sharding == b.sharding
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert any("fsdp" in leaf.sharding.spec for leaf in jax.tree.leaves(placed))
 
 
 def test_example_batch_is_deterministic_pixels_and_caption(smoke_trainer):
