@@ -11,6 +11,8 @@ Prints each run's wall time and CPU time (every process of the sweep), the host 
 just before it (dew.bench.hostprobe: the machine's speed drifts between runs), the rows'
 summed compile_s, the phase totals (records of schema 3 keep them; older code has none)
 and the number of compiles that overlapped a timed window (dew.bench.phases.overlaps),
+how the wall clock was spent (dew.bench.phases.occupancy: seconds with 1, 2, ... cases
+building at once, seconds timing, seconds of neither),
 then every row's ms/step in both runs. With
 --out, writes all of it as JSON (the figures docs/performance.md quotes; name it
 *.sweep.json: the results site then does not take it for a record). Exit 0 when both
@@ -91,7 +93,7 @@ def _children_cpu() -> float:
 
 
 def figures(path: Path) -> dict:
-    from dew.bench.phases import of_rows, overlaps, totals
+    from dew.bench.phases import occupancy, of_rows, overlaps, totals
     from dew.bench.schema import read_run
 
     if not path.is_file():
@@ -103,6 +105,7 @@ def figures(path: Path) -> dict:
         "compile_s_sum": round(sum(row.compile_s or 0.0 for row in rows), 1),
         "phase_totals_s": {name: round(s, 1) for name, s in totals(phases).items()} or None,
         "compile_overlapping_timed": len(overlaps(phases)) if phases else None,
+        "occupancy_s": {name: round(s, 1) for name, s in occupancy(rows).items()} or None,
         "rows": {row.label(): row.ms_per_step for row in rows},
     }
 
@@ -130,6 +133,11 @@ def report(label: str, runs: dict[str, dict]) -> str:
             lines.append(f"  phases (s, summed over the rows' processes): {parts}")
             overlapping = run["compile_overlapping_timed"]
             lines.append(f"  compiles overlapping a timed window: {overlapping}")
+        if run.get("occupancy_s"):
+            spent = dict(run["occupancy_s"])
+            timing, other = spent.pop("timing"), spent.pop("other")
+            building = ", ".join(f"{s:.1f} s with {n} building" for n, s in spent.items())
+            lines.append(f"  wall clock: {building}, {timing:.1f} s timing, {other:.1f} s neither")
     names = list(next(iter(runs.values()))["rows"])
     lines.append("row\t" + "\t".join(f"{mode} ms/step" for mode in runs))
     for name in names:

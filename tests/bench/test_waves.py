@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from dew.bench import step
-from dew.bench.phases import COMPILING, of_rows, overlaps
+from dew.bench.phases import COMPILING, occupancy, of_rows, overlaps
 from dew.bench.presets import Case
 from dew.bench.schema import read_run
 from dew.bench.settings import Options
@@ -58,6 +58,14 @@ def test_cases_compile_in_parallel_and_no_compile_overlaps_a_timed_window(tmp_pa
             next(p.seconds for p in row.repeats[0].phases if p.name == "compile"), abs=0.01
         )
     assert read_run(out).rows == record.rows
+    # The wall clock, split: two cases were built at once, the three timed one at a time.
+    spent = occupancy(record.rows)
+    assert spent["2"] > 0 and spent["timing"] > 0 and set(spent) <= {"1", "2", "timing", "other"}
+    first = min(p.start for p in phases)
+    wall = max(p.start + p.seconds for p in phases) - first
+    assert sum(spent.values()) == pytest.approx(wall, abs=0.01)
+    timed = [p for p in phases if p.name in ("warmup", "timed")]
+    assert spent["timing"] == pytest.approx(sum(p.seconds for p in timed), abs=0.5)
     assert len(lines) == 3 and all(": ok (" in line for line in lines)
 
 

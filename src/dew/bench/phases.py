@@ -69,3 +69,41 @@ def overlaps(phases: Sequence[Phase]) -> list[tuple[Phase, Phase]]:
             if c.start < t.start + t.seconds and t.start < c.start + c.seconds:
                 found.append((c, t))
     return found
+
+
+TIMING = ("warmup", "timed", "gpu_window", "profile")  # a case's turn alone on the host
+
+
+def occupancy(rows: Iterable[StepRow]) -> dict[str, float]:
+    """How a sweep's wall clock was spent, from its first phase to its last: the seconds in
+    which N case processes were building their case at once (imports to init; keys "1",
+    "2", ...), the seconds of timed turns ("timing") and the seconds of neither ("other":
+    the parent's own work, processes starting). With --compile-jobs N, the seconds with
+    fewer than N building are cores left idle while cases were still to compile."""
+    building, timing = [], []
+    for row in rows:
+        for repeat in row.repeats or []:
+            phases = repeat.phases or []
+            build = [phase for phase in phases if phase.name not in TIMING]
+            turn = [phase for phase in phases if phase.name in TIMING]
+            building += [_span(build)] if build else []
+            timing += [_span(turn)] if turn else []
+    if not building and not timing:
+        return {}
+    events = sorted([(a, 1) for a, _ in building] + [(b, -1) for _, b in building])
+    by_count: dict[str, float] = {}
+    busy, previous = 0, events[0][0] if events else 0.0
+    for moment, change in events:
+        if busy:
+            by_count[str(busy)] = by_count.get(str(busy), 0.0) + moment - previous
+        busy, previous = busy + change, moment
+    spans = building + timing
+    wall = max(b for _, b in spans) - min(a for a, _ in spans)
+    timed = sum(b - a for a, b in timing)
+    other = wall - timed - sum(by_count.values())
+    return {**dict(sorted(by_count.items())), "timing": timed, "other": max(other, 0.0)}
+
+
+def _span(phases: Sequence[Phase]) -> tuple[float, float]:
+    """Wall-clock start and end of phases that ran one after another."""
+    return phases[0].start, max(phase.start + phase.seconds for phase in phases)
