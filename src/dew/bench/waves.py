@@ -120,9 +120,7 @@ def _compile_stage(
                     and _room_for_another([child for *_, child, _ in ready])
                 ):
                     index, case = pending.pop(0)
-                    # Started from this thread: a child's death signal follows its parent
-                    # *thread* (PR_SET_PDEATHSIG), and this one lives as long as the run.
-                    child = CaseProcess(case, options)
+                    child = CaseProcess(case, options)  # forked: starts in milliseconds
                     progress.set(index, "compiling")
                     running[pool.submit(child.wait_ready)] = (
                         index,

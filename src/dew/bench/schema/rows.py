@@ -30,7 +30,7 @@ Interval = Annotated[list[NonNegFloat], Field(min_length=2, max_length=2)]
 
 
 PHASES = (
-    "imports",  # process start, interpreter and imports, until the case code runs
+    "imports",  # process start until the case code runs (a fork: the server imported)
     "trace_lower",  # the Trainer built (model traced for its shapes) and the step lowered
     "compile",  # XLA's compile of the step (a real one: not a load from the cache)
     "load",  # the step's executable read from the persistent compilation cache
