@@ -160,7 +160,7 @@ class CaseProcess:
     def _finish(self) -> StepRow:
         self.process.join()
         code = self.process.exitcode
-        last = _last_line(self._output)
+        last = None if self.row is not None else _last_line(self._output)  # only a death's
         self._close()
         if self.row is not None:
             return self.row

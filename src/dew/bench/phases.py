@@ -92,7 +92,7 @@ def occupancy(rows: Iterable[StepRow]) -> dict[str, float]:
         return {}
     events = sorted([(a, 1) for a, _ in building] + [(b, -1) for _, b in building])
     by_count: dict[str, float] = {}
-    busy, previous = 0, events[0][0] if events else 0.0
+    busy, previous = 0, 0.0  # read only once a span has begun
     for moment, change in events:
         if busy:
             by_count[str(busy)] = by_count.get(str(busy), 0.0) + moment - previous

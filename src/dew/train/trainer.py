@@ -206,7 +206,7 @@ class Trainer:
             state = jax.device_put(state, self.state_shardings)
         return state
 
-    @property
+    @functools.cached_property
     def _init_on_one_device(self) -> bool:
         leaves = jax.tree.leaves(self.abstract_state)
         return sum(leaf.size * leaf.dtype.itemsize for leaf in leaves) <= ONE_DEVICE_INIT_BYTES
