@@ -11,7 +11,8 @@ need the host to themselves. So a round runs in waves of child processes
 
 A wave holds at most WAVE_PER_JOB x `jobs` cases, the round split into waves of equal
 size (18 cases, 2 jobs: two waves of 9, not 16 and 2: a wave's last compiles run with the
-other cores idle, so fewer, even waves waste less); it ends early when the free memory
+other cores idle, so even waves waste less; one wave of 18 spent more CPU than two of 9,
+docs/performance.md); it ends early when the free memory
 would not hold one more waiting child (MIN_FREE_BYTES, or twice the largest waiting one).
 With one job a wave is one case: compiled, then timed, as a sweep always ran. No compile
 runs during a timed window: the phases' wall-clock starts in the record show it
