@@ -55,6 +55,7 @@ import tyro
 from dew.bench import cli, hostprobe
 from dew.bench.cli import UsageError
 from dew.bench.files import check_input_file, check_output_file
+from dew.bench.lifeline import exit_with
 from dew.bench.repeats import DIGITS, summarize_data, with_host_readings
 from dew.bench.schema import (
     SCHEMA_VERSION,
@@ -201,26 +202,10 @@ def measure_in_child(args: Args, *, notify=_notice) -> DataRow:
     raise RepeatFailed(error + (f": {last[-1].strip()[:300]}" if last else ""))
 
 
-def die_with_parent(parent_pid: int) -> None:
-    """A `kill -9` of the sweep must not leave a child computing (and holding the GPU).
-
-    Called by the child itself, first thing: no preexec_fn, which would fork a parent that
-    may already run threads.
-    """
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: the child outlives a killed parent
-        return
-    if os.getppid() != parent_pid:  # the parent died before the call above
-        os._exit(1)
-
-
 def child_main() -> int:
     """Entry of a repeat's process: a job on stdin, its row on stdout after ROW_MARKER."""
     job = json.loads(sys.stdin.read())
-    die_with_parent(job["parent_pid"])
+    exit_with(job["parent_pid"])
 
     def emit(marker: str, text: str) -> None:
         sys.stdout.write("\n" + marker + text + "\n")  # own line, whatever a worker printed

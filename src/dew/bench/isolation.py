@@ -27,17 +27,16 @@ import dataclasses
 import gc
 import multiprocessing
 import os
-import select
 import signal
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Mapping
 from multiprocessing import forkserver
 from typing import Any
 
 from dew.bench.case_run import make_row, run_case
+from dew.bench.lifeline import exit_with
 from dew.bench.phases import PhaseClock
 from dew.bench.presets import Case
 from dew.bench.schema import StepRow
@@ -190,25 +189,6 @@ def _last_line(path: str) -> str | None:
         return None
     lines = [line.strip() for line in lines if line.strip()]
     return lines[-1] if lines else None
-
-
-def exit_with(pid: int) -> None:
-    """A `kill -9` of the sweep must not leave a child computing (and holding the GPU): end
-    this process when process `pid` (the run's) ends. The forkserver, not the run, is this
-    process's parent, so no PR_SET_PDEATHSIG: a thread waits on a pidfd (nothing runs until
-    then)."""
-    try:
-        watched = os.pidfd_open(pid)
-    except ProcessLookupError:  # it has ended already
-        os._exit(1)
-    except (AttributeError, OSError):  # not Linux 5.3 or later: the child outlives a kill -9
-        return
-
-    def wait() -> None:
-        select.select([watched], [], [])
-        os._exit(1)
-
-    threading.Thread(target=wait, name="exit with the run", daemon=True).start()
 
 
 def child_main(job: dict[str, Any], connection, output: str) -> None:
