@@ -16,7 +16,8 @@ building at once, seconds timing, seconds of neither),
 then every row's ms/step in both runs. With
 --out, writes all of it as JSON (the figures docs/performance.md quotes; name it
 *.sweep.json: the results site then does not take it for a record). Exit 0 when both
-runs finished with every row ok, 1 otherwise, 2 on bad input.
+runs finished with every row ok, 1 otherwise, 2 on bad input (benchmark_step's own refusal,
+e.g. of a --preset or an --extra flag, included).
 """
 
 from __future__ import annotations
@@ -78,6 +79,10 @@ def sweep(args: Args, cache: Path, record: Path) -> dict:
     done = subprocess.run(command, cwd=args.checkout, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - start
     cpu = _children_cpu() - used  # every process of the sweep: it waits for all of them
+    if done.returncode == cli.EXIT_USAGE:  # its input was refused: say why, time nothing
+        said = [line for line in done.stderr.splitlines() if line.strip()]
+        why = said[-1].removeprefix("benchmark_step: error: ") if said else None
+        raise cli.UsageError(why or "benchmark_step refused its input")
     return {
         "wall_s": round(wall, 1),
         "cpu_s": round(cpu, 1),

@@ -1,0 +1,30 @@
+"""scripts/sweep_time.py: input that benchmark_step refuses is one line and exit 2, before
+any sweep is timed (it used to time two failed sweeps and exit 1)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "sweep_time.py"
+
+
+@pytest.mark.parametrize(
+    "argv, said",
+    [
+        (["--preset", "nope"], "--preset 'nope' is not valid; valid: small, cpu-smoke"),
+        (["--extra=--compile-jobs -1"], "--compile-jobs -1 is not a number"),
+        (["--steps", "0"], "--steps must be at least 1 (got 0)"),
+    ],
+)
+def test_input_benchmark_step_refuses_is_one_line_and_exit_2(tmp_path, argv, said):
+    out = tmp_path / "sweep.json"
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), *argv, "--out", str(out)], capture_output=True, text=True
+    )
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("sweep_time: error: "), lines
+    assert said in lines[0]
+    assert "benchmark_step: error" not in lines[0] and not out.exists() and done.stdout == ""
