@@ -37,19 +37,21 @@ def _load_engine_helper():
 
 containers = _load_engine_helper()
 
-# dew's one atomic writer; dew.bench.files imports the standard library only, so the front
+# dew's one atomic writer; dew.bench.common.files imports the standard library only, so the front
 # door can use it before any environment exists.
 sys.path.insert(0, str(ROOT / "src"))
-from dew.bench import files as atomic_files  # noqa: E402
+from dew.bench.common import files as atomic_files  # noqa: E402
 
-# What each lock installs: the runtime stack plus the dev tools, per variant.
-LOCK_EXTRAS = {"cpu": ["dev"], "cuda12": ["cuda12"], "cuda13": ["cuda13"]}
+# What each lock installs. cpu, cuda12 and cuda13 are the measured stacks (the images):
+# what a measurement imports, nothing more. dev is the host's: the same runtime plus the
+# report libraries and the test tools.
+LOCK_EXTRAS = {"cpu": [], "cuda12": ["cuda12"], "cuda13": ["cuda13"], "dev": ["dev", "report"]}
 # CPython on x86_64 Linux with manylinux wheels. uv writes the hashes of every wheel of
 # each pinned version, so the cpu lock also installs on Debian trixie's Python 3.13.
 LOCK_TARGET = ["--python-version", PYTHON, "--python-platform", "x86_64-manylinux_2_28"]
 
 
-def install_locked(session: nox.Session, variant: str = "cpu") -> None:
+def install_locked(session: nox.Session, variant: str = "dev") -> None:
     """The venv from `locks/<variant>.txt` with --require-hashes, then dew without deps."""
     session.install("--require-hashes", "--no-deps", "-r", str(LOCKS / f"{variant}.txt"))
     session.install("--no-deps", "--no-build-isolation", "-e", str(ROOT))
@@ -92,7 +94,7 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def lock(session: nox.Session) -> None:
-    """Regenerate locks/{cpu,cuda12,cuda13}.txt; `-- --check` fails on a stale lock."""
+    """Regenerate locks/{cpu,cuda12,cuda13,dev}.txt; `-- --check` fails on a stale lock."""
     session.install(UV)
     check = "--check" in session.posargs
     LOCKS.mkdir(exist_ok=True)
@@ -116,28 +118,28 @@ def lock(session: nox.Session) -> None:
         print("locks match pyproject.toml", file=sys.stderr)
 
 
-# --- results tools (dew.bench.validate / compare / schema) -------------------------------
+# --- results tools (dew.bench.record.validate / compare / schema) -------------------------------
 
 
 @nox.session(python=PYTHON)
 def validate(session: nox.Session) -> None:
     """Validate results records: `nox -s validate -- FILES...`."""
     install_locked(session)
-    session.run("python", "-m", "dew.bench.validate", *session.posargs)
+    session.run("python", "-m", "dew.bench.record.validate", *session.posargs)
 
 
 @nox.session(python=PYTHON)
 def compare(session: nox.Session) -> None:
     """Hold a run against a reference: `nox -s compare -- RUN.json [REFERENCE.json] ...`."""
     install_locked(session)
-    session.run("python", "-m", "dew.bench.compare", *session.posargs)
+    session.run("python", "-m", "dew.bench.analysis.compare", *session.posargs)
 
 
 @nox.session(python=PYTHON)
 def schema(session: nox.Session) -> None:
     """Export the results JSON Schema to results/schema/."""
     install_locked(session)
-    session.run("python", "-m", "dew.bench.schema", "--export", "results/schema")
+    session.run("python", "-m", "dew.bench.record.schema", "--export", "results/schema")
 
 
 # --- containers and benchmark sessions ----------------------------------------------------
@@ -267,7 +269,7 @@ def step_benchmark(runner: Runner, run_dir: pathlib.Path, preset: str, args, env
         "tools/benchmark_step.py", "--preset", preset, "--json-out", runner.path(step_json),
         "--format", "md", *args, env=env, stdout_to=run_dir / "table.md",
     )  # fmt: skip
-    runner.python("-m", "dew.bench.validate", runner.path(step_json))
+    runner.python("-m", "dew.bench.record.validate", runner.path(step_json))
     runner.session.log(f"record: {step_json.relative_to(ROOT)}")
 
 
@@ -333,7 +335,7 @@ def multihost_smoke(session: nox.Session) -> None:
     processes = pop_option(args, "--processes", "2")
     run_dir = new_run_dir("multihost-smoke", "cpu")
     session.run(
-        "python", "-m", "dew.bench.launch", "--processes", processes,
+        "python", "-m", "dew.bench.multihost.launch", "--processes", processes,
         "--json-out", str(run_dir / "step.json"), "--log-dir", str(run_dir / "logs"),
         "--", "--preset", "cpu-smoke", "--steps", "2", "--idle-check", "warn", *args,
     )  # fmt: skip
@@ -375,7 +377,7 @@ def slurm_smoke(session: nox.Session) -> None:
     if code != 0:
         session.error(f"SLURM job {job.id} exited {code}; its output: {output.relative_to(ROOT)}")
     record = slurm.record_path(run_dir, job.id)
-    session.run("python", "-m", "dew.bench.validate", str(record))
+    session.run("python", "-m", "dew.bench.record.validate", str(record))
     problem = slurm.check_record(record, processes=2, job_id=job.id)
     if problem:
         session.error(problem)
@@ -436,7 +438,7 @@ def bench_gpu(session: nox.Session) -> None:
     gpu_visible_in_image(session, engine, image)
     run_dir = new_run_dir("small", gpu_name)
     # Three repeats: a fresh compile each (XLA may choose differently between compiles),
-    # the fewest that let compare give a verdict (dew.bench.stats.MIN_REPEATS).
+    # the fewest that let compare give a verdict (dew.bench.analysis.stats.MIN_REPEATS).
     repeats = [] if any(a.startswith("--repeats") for a in args) else ["--repeats", "3"]
     step_benchmark(
         runner, run_dir, "small",
@@ -472,7 +474,7 @@ def compare_with_published(runner: Runner, run_dir: pathlib.Path, reference=None
     step_json = run_dir / "step.json"
     refs = [runner.path(reference)] if reference else []
     runner.python(
-        "-m", "dew.bench.compare", runner.path(step_json), *refs,
+        "-m", "dew.bench.analysis.compare", runner.path(step_json), *refs,
         "--plot", runner.path(run_dir / "compare.png"),
         stdout_to=run_dir / "compare.md", success_codes=(0, 1),
     )  # fmt: skip
@@ -498,7 +500,7 @@ def loader_benchmark(
             "--json-out", runner.path(data_json), *chosen, *extra,
             *args, env={"JAX_PLATFORMS": "cpu"}, stdout_to=run_dir / f"{name}.md",
         )  # fmt: skip
-        runner.python("-m", "dew.bench.validate", runner.path(data_json))
+        runner.python("-m", "dew.bench.record.validate", runner.path(data_json))
 
 
 @nox.session(name="bench-data", python=PYTHON)
@@ -597,7 +599,7 @@ def reproduce(session: nox.Session) -> None:
     reference = run_dir / "reference.json"  # inside results/, so the container sees it
     shutil.copyfile(record_path, reference)
     today = _today_runner(session, engine)  # today's validate and compare judge the rerun
-    today.python("-m", "dew.bench.validate", today.path(step_json))
+    today.python("-m", "dew.bench.record.validate", today.path(step_json))
     compare_with_published(today, run_dir, reference=reference)
     session.log(f"record: {step_json.relative_to(ROOT)} (commit {spec.commit[:7]}, {image.ref})")
 
@@ -611,7 +613,7 @@ def ab(session: nox.Session) -> None:
     [--a-xla-flags FLAGS] [--b-xla-flags FLAGS] [--band PCT] [--alpha A]`: A and B are each
     a commit, a record (its stack) or an image. Every round runs every case once per side,
     each in a fresh process, alternating which side goes first; then one record per side
-    and the A/B table of the paired per-round ratios (dew.bench.ab), markdown and chart.
+    and the A/B table of the paired per-round ratios (dew.bench.analysis.ab), markdown and chart.
     """
     stacks = _stacks()
     try:
@@ -640,7 +642,7 @@ def ab(session: nox.Session) -> None:
     env = SMOKE_ENV if args.variant == "cpu" else {"JAX_PLATFORMS": "cuda"}
     stacks.run_rounds(engine, sides, args, run_dir, env, log=session.log)
     today = _today_runner(session, engine)
-    today.python("-m", "dew.bench.ab", today.path(run_dir), success_codes=(0, 1))
+    today.python("-m", "dew.bench.analysis.ab", today.path(run_dir), success_codes=(0, 1))
     session.log(f"A/B: {(run_dir / 'ab.md').relative_to(ROOT)}, a.json, b.json, ab.png")
 
 
@@ -656,7 +658,7 @@ def _stacks():
 
 def _usage(prog: str, message: str):
     """Bad input, or a stack that cannot be built: one line, exit 2 (nox's own is 1)."""
-    from dew.bench import cli
+    from dew.bench.common import cli
 
     cli.say(prog, message)
     raise SystemExit(cli.EXIT_USAGE)

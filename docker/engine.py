@@ -38,7 +38,7 @@ OFFLINE_SUITE = "trixie"
 # What the first offline bases held (tagged plain "trixie", before tcmalloc joined): the
 # recipe of such a base when its labels name none.
 FIRST_OFFLINE_INCLUDE = "python3,python3-venv,ca-certificates"
-# tcmalloc: the step benchmark preloads it into its CPU cases (dew.bench.allocator).
+# tcmalloc: the step benchmark preloads it into its CPU cases (dew.bench.sweep.allocator).
 OFFLINE_INCLUDE = f"{FIRST_OFFLINE_INCLUDE},libtcmalloc-minimal4t64"
 # The tag names the package list: a base built with another list is another image, never
 # one reused under this name.
@@ -593,7 +593,7 @@ class Image:
     base_in_image: bool = True  # the image's own DEW_BASE_* variables name its base
 
     def labels_env(self) -> dict[str, str]:
-        """What dew.bench.environment reads to fill environment.container."""
+        """What dew.bench.record.capture reads to fill environment.container."""
         variables = {
             "DEW_IMAGE_ID": self.id,
             "DEW_IMAGE_TAG": self.ref,
@@ -743,7 +743,7 @@ def git_commit(root: Path = ROOT) -> tuple[str | None, bool | None]:
 
 def git_diff_sha256(root: Path = ROOT) -> str | None:
     """sha256 of `git diff HEAD --binary` (stripped): which uncommitted change a dirty run
-    ran. dew.bench.environment hashes the same text on the host."""
+    ran. dew.bench.record.capture hashes the same text on the host."""
     diff = _run(["git", "-C", str(root), "diff", "HEAD", "--binary"])
     text = diff.stdout.strip()
     return hashlib.sha256(text.encode()).hexdigest() if diff.returncode == 0 and text else None

@@ -417,7 +417,7 @@ def order(round_index: int, unit_index: int) -> tuple[str, str]:
 def run_rounds(engine, sides: dict, args: AbArgs, run_dir: Path, env: dict, log=print) -> None:
     """Every round runs every case once per side, each in a fresh process, the order
     alternating; each run's record goes to run_dir/rounds/<side>-r<round>-c<case>.json
-    (what dew.bench.ab pairs), its output to the matching .log."""
+    (what dew.bench.analysis.ab pairs), its output to the matching .log."""
     rounds_dir = run_dir / "rounds"
     rounds_dir.mkdir(parents=True, exist_ok=True)
     plan = units(args)

@@ -21,17 +21,17 @@ import sys
 import tempfile
 from pathlib import Path
 
-from dew.bench import cli
+from dew.bench.common import cli
 
 REPO = Path(__file__).resolve().parents[1]
 PUBLISHED = REPO / "results" / "published"
 STEP = [sys.executable, str(REPO / "tools" / "benchmark_step.py"), "--idle-check", "off"]
 DATA = [sys.executable, str(REPO / "tools" / "benchmark_data.py")]
 PREPARE = [sys.executable, str(REPO / "tools" / "prepare_dataset.py")]
-COMPARE = [sys.executable, "-m", "dew.bench.compare"]
-VALIDATE = [sys.executable, "-m", "dew.bench.validate"]
-SCHEMA = [sys.executable, "-m", "dew.bench.schema"]
-LAUNCH = [sys.executable, "-m", "dew.bench.launch"]
+COMPARE = [sys.executable, "-m", "dew.bench.analysis.compare"]
+VALIDATE = [sys.executable, "-m", "dew.bench.record.validate"]
+SCHEMA = [sys.executable, "-m", "dew.bench.record.schema"]
+LAUNCH = [sys.executable, "-m", "dew.bench.multihost.launch"]
 
 
 def inputs(d: Path) -> list[tuple[str, list[str]]]:

@@ -24,8 +24,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
-from dew.bench import cli, presets
-from dew.bench.files import check_output_dir
+from dew.bench.common import cli
+from dew.bench.common.files import check_output_dir
+from dew.bench.sweep import presets
 
 PROG = "compile_cache_check"
 REPO = Path(__file__).resolve().parents[1]
@@ -39,7 +40,7 @@ class Args:
     architecture: str = "simple_dit"
     """the architecture compiled (one of the preset's; its first case there)"""
     preset: Literal["small", "cpu-smoke"] = "small"
-    """the benchmark preset (dew.bench.presets)"""
+    """the benchmark preset (dew.bench.sweep.presets)"""
     cache_dir: Path | None = None
     """an empty or new directory for the cache (None: a temporary one, removed after)"""
     min_speedup: float = 5.0
@@ -92,7 +93,7 @@ def compile_once(architecture: str, preset: str, cache: Path, out: Path):
 
 def read_rows(out: Path) -> list:
     """The run's rows; none when it wrote no record (it failed before any case)."""
-    from dew.bench.schema import read_run
+    from dew.bench.record.schema import read_run
 
     if not out.is_file():
         return []

@@ -260,7 +260,8 @@ def run(args: dict) -> int:
         print(f"{PROG}: {line}", file=sys.stderr, flush=True)
 
     installed = install(args, log)
-    probe = "import dew.bench.step_cli, dew.bench.data, dew.bench.compare, dew.bench.validate"
+    probe = "import dew.bench.sweep.benchmark_step, dew.bench.loader.benchmark_data"
+    probe += ", dew.bench.analysis.compare, dew.bench.record.validate"
     probe += ", dew.data.pipeline, dew.telemetry.nvml"
     done = subprocess.run([sys.executable, "-c", probe], env=environment(args), cwd=REPO,
                           capture_output=True, text=True)  # fmt: skip
@@ -299,14 +300,14 @@ def run(args: dict) -> int:
     stages.append(("loader", "ok" if code == 0 else f"exit {code}"))
     shutil.rmtree(data_dir, ignore_errors=True)  # made again in seconds: not worth keeping
 
-    compare = ["-m", "dew.bench.compare", str(out / "step.json"), "--format", "md"]
+    compare = ["-m", "dew.bench.analysis.compare", str(out / "step.json"), "--format", "md"]
     if importlib.util.find_spec("matplotlib") is not None:
         compare += ["--plot", str(out / "compare.png")]
     code = tool(args, "compare", compare, table="compare.md")
     stages.append(("compare", {0: "ok: reproduced", 1: "ok: differences found"}.get(code,
                                                                    f"exit {code}")))  # fmt: skip
     records = sorted(str(p) for p in out.glob("*.json"))
-    code = tool(args, "validate", ["-m", "dew.bench.validate", *records])
+    code = tool(args, "validate", ["-m", "dew.bench.record.validate", *records])
     stages.append(("validate", "ok" if code == 0 else f"exit {code}"))
     (out / "gpu.md").write_text(gpu_table(json.loads((out / "step.json").read_text())))
     print((out / "gpu.md").read_text())

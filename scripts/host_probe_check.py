@@ -1,11 +1,11 @@
 """Is the host probe worth recording? Does its reading track the step time of a real model?
 
-dew.bench.hostprobe times a fixed CPU workload before each round, and compare holds a
+dew.bench.runtime.hostprobe times a fixed CPU workload before each round, and compare holds a
 change between two records against the probe's drift between them. That is only worth
 anything if the probe moves with the thing it stands in for. This script alternates, for
 --seconds, one probe reading and one short timed window of a real compiled step (the
 Trainer of --architecture at the cpu-smoke preset, on the host platform's 8 fake devices,
-dew.bench.timing.time_steps's dispatch window), then prints the Spearman rank correlation
+dew.bench.sweep.timing.time_steps's dispatch window), then prints the Spearman rank correlation
 of probe ms against step ms (scipy.stats.spearmanr) and the spread of each. A shared host
 whose other tenants come and go makes the drift it needs; a quiet one shows little of
 either, and then a correlation near 0 says the host did not move, not that the probe is
@@ -30,8 +30,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from dew.bench import cli, hostprobe, presets
-from dew.bench.settings import append_xla_flags
+from dew.bench.common import cli
+from dew.bench.runtime import hostprobe
+from dew.bench.sweep import presets
+from dew.bench.sweep.settings import append_xla_flags
 
 PROG = "host_probe_check"
 DEVICES_FLAG = "--xla_force_host_platform_device_count=8"
@@ -87,9 +89,9 @@ def track(args: Args) -> int:
     import jax
     from scipy import stats as scipy_stats
 
-    from dew.bench import case_run
-    from dew.bench.settings import Options
-    from dew.bench.timing import time_steps
+    from dew.bench.sweep import case_run
+    from dew.bench.sweep.settings import Options
+    from dew.bench.sweep.timing import time_steps
 
     options = Options(preset="cpu-smoke", steps=args.steps, warmup=2, isolate=False)
     case = presets.Case(architecture=args.architecture, batch=args.batch)

@@ -12,7 +12,7 @@ A round's ratio divides by that round's plain loop: on a shared machine the spee
 CPU moves between minutes (on the 2-core machine the plain loop alone measured 500 to 900
 samples/s), so a ratio of figures taken far apart says little. Prints every round and, per
 worker count, the median of the rounds' ratios with its 95% interval and the Wilcoxon
-signed-rank p against no difference (dew.bench.stats.paired).
+signed-rank p against no difference (dew.bench.analysis.stats.paired).
 """
 
 import dataclasses
@@ -23,7 +23,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from dew.bench import cli, stats
+from dew.bench.analysis import stats
+from dew.bench.common import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 

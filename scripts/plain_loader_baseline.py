@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from dew.bench import cli
+from dew.bench.common import cli
 from dew.data.sources import DataError, PreparedTfdsSource
 from dew.data.tokenize import tokenize
 from dew.data.transforms import caption, decode_square, flip_and_jitter

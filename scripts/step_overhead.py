@@ -1,12 +1,12 @@
 """The step benchmark's own overhead: its ms/step against a bare loop over the same step.
 
 Both loops drive the same compiled executable in the same process, on the same state
-and batch: the tool's measurement (dew.bench.case_run.measure: the Trainer's `step`, the
+and batch: the tool's measurement (dew.bench.sweep.case_run.measure: the Trainer's `step`, the
 dispatch window, one block at the end) and the tightest loop that can be written
 (`compiled(state, batch)` back to back, one block at the end). They alternate for a
 number of rounds so that a slow spell of the host hits both. The verdict is the median
 of the rounds' own ratios (tool / bare of the same round), with its 95% interval and the
-Wilcoxon signed-rank p (dew.bench.stats.paired): a round's two windows are seconds apart,
+Wilcoxon signed-rank p (dew.bench.analysis.stats.paired): a round's two windows are seconds apart,
 so a slow minute of a shared host moves both, where the fastest or the median of each
 side alone can come from different minutes.
 
@@ -28,7 +28,9 @@ from typing import Literal
 
 import numpy as np
 
-from dew.bench import cli, presets, stats
+from dew.bench.analysis import stats
+from dew.bench.common import cli
+from dew.bench.sweep import presets
 
 PROG = "step_overhead"
 
@@ -41,7 +43,7 @@ class Args:
     architecture: str = "simple_dit"
     """the architecture whose step is timed (one of the preset's)"""
     preset: Literal["cpu-smoke", "small"] = "cpu-smoke"
-    """the model config preset (dew.bench.presets)"""
+    """the model config preset (dew.bench.sweep.presets)"""
     batch: int = 8
     """samples per step (>= 1)"""
     steps: int = 200
@@ -84,8 +86,8 @@ def overhead(args: Args) -> int:
     check(args)
     import jax
 
-    from dew.bench import case_run
-    from dew.bench.settings import Options
+    from dew.bench.sweep import case_run
+    from dew.bench.sweep.settings import Options
 
     # One device: the smallest step there is, where any per-step cost of the tool shows most.
     options = Options(

@@ -8,10 +8,10 @@ a before/after) twice, as a user would: `tools/benchmark_step.py --preset cpu-sm
 2` with JAX_PLATFORMS=cpu and 8 simulated devices, first with an empty compilation cache
 (a fresh XDG_CACHE_HOME: cold), then again with the cache the first run filled (warm).
 Prints each run's wall time and CPU time (every process of the sweep), the host probe
-just before it (dew.bench.hostprobe: the machine's speed drifts between runs), the rows'
+just before it (dew.bench.runtime.hostprobe: the machine's speed drifts between runs), the rows'
 summed compile_s, the phase totals (records of schema 3 keep them; older code has none)
-and the number of compiles that overlapped a timed window (dew.bench.phases.overlaps),
-how the wall clock was spent (dew.bench.phases.occupancy: seconds with 1, 2, ... cases
+and the number of compiles that overlapped a timed window (dew.bench.runtime.phases.overlaps),
+how the wall clock was spent (dew.bench.runtime.phases.occupancy: seconds with 1, 2, ... cases
 building at once, seconds timing, seconds of neither),
 then every row's ms/step in both runs. With
 --out, writes all of it as JSON (the figures docs/performance.md quotes; name it
@@ -33,8 +33,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from dew.bench import cli
-from dew.bench.files import atomic_write, check_output_file
+from dew.bench.common import cli
+from dew.bench.common.files import atomic_write, check_output_file
 
 PROG = "sweep_time"
 REPO = Path(__file__).resolve().parents[1]
@@ -72,7 +72,7 @@ def sweep(args: Args, cache: Path, record: Path) -> dict:
         "--preset", args.preset, "--steps", str(args.steps), "--json-out", str(record),
         *args.extra.split(),
     ]  # fmt: skip
-    from dew.bench import hostprobe
+    from dew.bench.runtime import hostprobe
 
     probe = hostprobe.measure()  # the host's speed just before: runs on a drifting host differ
     start, used = time.perf_counter(), _children_cpu()
@@ -98,8 +98,8 @@ def _children_cpu() -> float:
 
 
 def figures(path: Path) -> dict:
-    from dew.bench.phases import occupancy, of_rows, overlaps, totals
-    from dew.bench.schema import read_run
+    from dew.bench.record.schema import read_run
+    from dew.bench.runtime.phases import occupancy, of_rows, overlaps, totals
 
     if not path.is_file():
         return {"rows": {}, "ok": 0}

@@ -17,7 +17,7 @@ import optax
 from flax import nnx
 from jax import lax
 
-from dew.bench import cli
+from dew.bench.common import cli
 from dew.telemetry.instrumentation import cost_analysis_flops, hlo_flops
 
 PROG = "telemetry_ratios"

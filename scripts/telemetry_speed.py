@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from dew.bench import cli
+from dew.bench.common import cli
 from dew.telemetry.instrumentation import cost_analysis_flops, hlo_flops
 
 PROG = "telemetry_speed"

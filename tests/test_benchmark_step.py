@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dew.bench.schema import read_run
+from dew.bench.record.schema import read_run
 
 REPO = Path(__file__).resolve().parents[1]
 

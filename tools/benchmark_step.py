@@ -2,12 +2,13 @@
 
     python tools/benchmark_step.py --preset small --architectures unet --json-out bench.json
 
-The tool is a thin front over dew.bench.step_cli (docs/architecture.md: how a case flows).
+The tool is a thin front over dew.bench.sweep.benchmark_step (docs/architecture.md: how a case
+flows).
 """
 
 import sys
 
-from dew.bench.step_cli import main
+from dew.bench.sweep.benchmark_step import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -3,12 +3,12 @@
     python tools/prepare_dataset.py --source <102flowers folder> --out DIR
     python tools/prepare_dataset.py --synthetic 2000 --out DIR
 
-Options: prepare_dataset.py --help (logic in dew.bench.prepare).
+Options: prepare_dataset.py --help (logic in dew.bench.loader.prepare_dataset).
 """
 
 import sys
 
-from dew.bench.prepare import main
+from dew.bench.loader.prepare_dataset import main
 
 if __name__ == "__main__":
     sys.exit(main())

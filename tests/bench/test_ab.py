@@ -1,4 +1,5 @@
-"""dew.bench.ab: the rounds of `nox -s ab` paired into one record per side, the table of the
+"""dew.bench.analysis.ab: the rounds of `nox -s ab` paired into one record per side, the table of
+the
 per-round ratios with their intervals and verdicts, and the chart."""
 
 import json
@@ -6,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from dew.bench import ab
-from dew.bench.schema import read_run
+from dew.bench.analysis import ab
+from dew.bench.record.schema import read_run
 
 ENVIRONMENT = dict.fromkeys(
     ("host", "devices", "driver_version", "cuda_version", "cudnn_version", "container",
@@ -124,7 +125,7 @@ def test_existing_outputs_are_refused_in_one_line_and_left_unchanged(tmp_path, c
     (run_dir / "ab.md").write_text("keep me\n")
     assert ab.main([str(run_dir)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("dew.bench.ab: error: RUN_DIR/ab.md")
+    assert len(err) == 1 and err[0].startswith("dew.bench.analysis.ab: error: RUN_DIR/ab.md")
     assert "--overwrite" in err[0]
     assert (run_dir / "ab.md").read_text() == "keep me\n"
     assert not (run_dir / "a.json").exists()

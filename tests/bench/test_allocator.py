@@ -1,4 +1,4 @@
-"""dew.bench.allocator: which malloc the cases' processes get, and that they really get it."""
+"""dew.bench.sweep.allocator: which malloc the cases' processes get, and that they really get it."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import sys
 
 import pytest
 
-from dew.bench import allocator
-from dew.bench.cli import UsageError
-from dew.bench.schema import is_recordable_env_flag
-from dew.bench.settings import Options
-from dew.bench.step_cli import malloc
+from dew.bench.common.cli import UsageError
+from dew.bench.record.schema import is_recordable_env_flag
+from dew.bench.sweep import allocator
+from dew.bench.sweep.benchmark_step import malloc
+from dew.bench.sweep.settings import Options
 
 INSTALLED = allocator.find_tcmalloc()
 

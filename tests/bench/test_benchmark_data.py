@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from dew.bench.data import keep_up_verdicts, main
-from dew.bench.schema import (
+from dew.bench.loader.benchmark_data import keep_up_verdicts, main
+from dew.bench.record.schema import (
     SCHEMA_VERSION,
     BenchmarkRun,
     DataRow,
@@ -18,7 +18,7 @@ from dew.bench.schema import (
     StepRow,
     read_run,
 )
-from dew.bench.schema import write_run as write_record
+from dew.bench.record.schema import write_run as write_record
 from dew.data.sources import write_prepared
 from dew.data.synthetic import CLASS_NAMES, synthetic_record
 

@@ -5,8 +5,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dew.bench import compare
-from dew.bench.schema import read_run, write_run
+from dew.bench.analysis import compare
+from dew.bench.record.schema import read_run, write_run
 
 PUBLISHED = Path(__file__).resolve().parents[2] / "results" / "published"
 FIRST = PUBLISHED / "2026-09-02-rtx4080-6b0f119-small.json"
@@ -123,7 +123,7 @@ def test_bad_alpha_and_band_are_one_line_and_exit_2(capsys, flags):
 
 def _with_samples(record, scale: float, seed: int, repeats: int = 5):
     """The record with every timed row given `repeats` repeats around scale x its ms/step."""
-    from dew.bench.repeats import step_repeat, summarize_step
+    from dew.bench.analysis.repeats import step_repeat, summarize_step
 
     rng = np.random.default_rng(seed)
     rows = []

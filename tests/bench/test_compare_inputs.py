@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from dew.bench import compare
-from dew.bench.schema import read_run
+from dew.bench.analysis import compare
+from dew.bench.record.schema import read_run
 
 PUBLISHED = Path(__file__).resolve().parents[2] / "results" / "published"
 FIRST = PUBLISHED / "2026-09-02-rtx4080-6b0f119-small.json"

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from dew.bench import compare, parity
-from dew.bench.schema import BenchmarkRun, Settings, StepRow, read_run, write_run
+from dew.bench.analysis import compare, parity
+from dew.bench.record.schema import BenchmarkRun, Settings, StepRow, read_run, write_run
 
 PUBLISHED = Path(__file__).resolve().parents[2] / "results" / "published"
 FIRST = PUBLISHED / "2026-09-02-rtx4080-6b0f119-small.json"

@@ -7,9 +7,9 @@ import subprocess
 
 import pytest
 
-from dew.bench import data
-from dew.bench.data import main, measure_loader
-from dew.bench.schema import SCHEMA_VERSION, BenchmarkRun, DataRow, read_run
+from dew.bench.loader import benchmark_data as data
+from dew.bench.loader.benchmark_data import main, measure_loader
+from dew.bench.record.schema import SCHEMA_VERSION, BenchmarkRun, DataRow, read_run
 from dew.data.spec import SyntheticImages
 
 # One worker-less, thread-less configuration of a tiny in-memory or prepared set: each child
@@ -20,7 +20,7 @@ REAL_RUN = subprocess.run  # the record's environment capture runs git: only a c
 
 
 def is_child(command) -> bool:
-    return list(command[-3:]) == ["-m", "dew.bench.data", "--child"]
+    return list(command[-3:]) == ["-m", "dew.bench.loader.benchmark_data", "--child"]
 
 
 def one_error_line(capsys) -> str:
@@ -81,7 +81,7 @@ def test_two_repeats_are_two_processes(prepared_synthetic, tmp_path, monkeypatch
     (row,) = record.rows
     assert len(row.repeats) == 2
     assert all(r.first_batch_s > 0 and len(r.intervals_ms) == 4 for r in row.repeats)
-    # A host-probe reading of its own before each repeat (dew.bench.hostprobe).
+    # A host-probe reading of its own before each repeat (dew.bench.runtime.hostprobe).
     probes = [r.host_probe_ms for r in row.repeats]
     assert all(probe is not None and probe > 0 for probe in probes) and len(set(probes)) == 2
     assert row.samples_per_s_ci95 is not None

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import jax
 
-from dew.bench import environment
-from dew.bench.schema import SCHEMA_VERSION, BenchmarkRun, read_run, write_run
+from dew.bench.record import capture as environment
+from dew.bench.record.schema import SCHEMA_VERSION, BenchmarkRun, read_run, write_run
 
 REPO = Path(__file__).resolve().parents[2]
 SECRETS = {

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from dew.bench import case_run, report
-from dew.bench.data import main as benchmark_data
-from dew.bench.presets import Case
-from dew.bench.schema import GpuTelemetry, StepRow, read_run
+from dew.bench.analysis import tables as report
+from dew.bench.loader.benchmark_data import main as benchmark_data
+from dew.bench.record.schema import GpuTelemetry, StepRow, read_run
+from dew.bench.sweep import case_run
+from dew.bench.sweep.presets import Case
 from dew.telemetry.instrumentation import hlo_flops
 from dew.telemetry.nvml import EnergyReading, Sample, energy_joules, summarize
 
@@ -145,7 +146,7 @@ def test_no_gpu_window_gives_null_figures_with_the_reason(mode, platform, note):
 
 
 def test_without_nvml_the_environment_has_no_gpus():
-    from dew.bench.environment import capture
+    from dew.bench.record.capture import capture
 
     assert capture().gpus is None  # no NVIDIA library here: null, not an error
 
@@ -289,7 +290,7 @@ def test_a_short_step_gets_a_window_of_a_second_and_the_gate_reads_it(recorded_h
 def test_the_environment_describes_every_card(monkeypatch):
     import pynvml
 
-    from dew.bench.environment import capture
+    from dew.bench.record.capture import capture
 
     not_supported = pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
 

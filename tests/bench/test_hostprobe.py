@@ -1,4 +1,4 @@
-"""The host-speed probe (dew.bench.hostprobe): it must read slower while real processes
+"""The host-speed probe (dew.bench.runtime.hostprobe): it must read slower while real processes
 compete for the cores, and its command line prints one reading or one error line."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from dew.bench import hostprobe
+from dew.bench.runtime import hostprobe
 
 
 def test_the_probe_reads_slower_while_busy_processes_compete_for_the_cores():

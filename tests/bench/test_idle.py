@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from dew.bench import idle
-from dew.bench.schema import IdleCheck
+from dew.bench.record.schema import IdleCheck
+from dew.bench.runtime import idle
 
 BURN = "import sys; print('ready', flush=True)\nwhile True: pass"
 SLEEP = "import sys, time; print('ready', flush=True); time.sleep(120)"

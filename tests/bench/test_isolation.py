@@ -1,4 +1,4 @@
-"""A case's child process (dew.bench.isolation): forked from multiprocessing's forkserver
+"""A case's child process (dew.bench.sweep.case_process): forked from multiprocessing's forkserver
 with the run's environment, and gone with the run, also after a kill -9."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import psutil
 # The run: one case's child started, its pid printed, then nothing until it is killed.
 RUN = """
 import time
-from dew.bench.isolation import CaseProcess
-from dew.bench.presets import Case
-from dew.bench.settings import Options
+from dew.bench.sweep.case_process import CaseProcess
+from dew.bench.sweep.presets import Case
+from dew.bench.sweep.settings import Options
 options = Options(preset="cpu-smoke", mesh={"fsdp": 8, "min_shard_size": 256},
                   compilation_cache_dir="off")
 child = CaseProcess(Case(architecture="simple_dit", batch=8), options)

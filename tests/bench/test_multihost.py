@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from dew.bench.launch import STEP_TOOL, Launch
-from dew.bench.multihost import combine
-from dew.bench.schema import StepRow, read_run
+from dew.bench.multihost.combine import combine
+from dew.bench.multihost.launch import STEP_TOOL, Launch
+from dew.bench.record.schema import StepRow, read_run
 from dew.train.distributed import EXIT_PEER_LOST
 
 
@@ -87,7 +87,7 @@ def test_a_killed_process_stops_the_others_and_leaves_a_partial_record(tmp_path)
 
 
 def test_the_launcher_refuses_a_process_count_that_does_not_split_the_devices(capsys):
-    from dew.bench.launch import main
+    from dew.bench.multihost.launch import main
 
     assert main(["--processes", "3", "--json-out", os.devnull]) == 2
     err = capsys.readouterr().err.strip()

@@ -1,4 +1,5 @@
-"""dew.bench.progress: plain lines off a terminal (no escape codes, result lines verbatim), the
+"""dew.bench.runtime.progress: plain lines off a terminal (no escape codes, result lines
+verbatim), the
 ETA arithmetic, thread safety, and the live region drawn by real rich into a StringIO."""
 
 import io
@@ -8,7 +9,7 @@ import time
 
 import pytest
 
-from dew.bench.progress import Progress, format_duration, stage_eta
+from dew.bench.runtime.progress import Progress, format_duration, stage_eta
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 CLOSED = re.compile(r"\x1b\[\?25h\r(\x1b\[1A\x1b\[2K)+\Z")  # cursor shown, region erased

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from dew.bench import validate
-from dew.bench.schema import read_run
+from dew.bench.record import validate
+from dew.bench.record.schema import read_run
 
 PUBLISHED = Path(__file__).resolve().parents[2] / "results" / "published"
 FIRST = PUBLISHED / "2026-09-02-rtx4080-6b0f119-small.json"
@@ -120,7 +120,7 @@ def test_loader_record_matches_the_seed():
 
 
 def test_step_table_renders_the_seed_layout():
-    from dew.bench import report
+    from dew.bench.analysis import tables as report
 
     text = report.step_table(read_run(FIRST).rows, "tsv")
     header, *lines = text.splitlines()
@@ -137,7 +137,7 @@ def test_step_table_renders_the_seed_layout():
 
 
 def test_data_table_renders_the_loader_rows():
-    from dew.bench import report
+    from dew.bench.analysis import tables as report
 
     lines = report.data_table(read_run(LOADER).rows, "tsv").splitlines()
     assert lines[1].split("\t")[3:8] == ["0", "16", "322.1", "25.10 ms", "32.8 ms"]

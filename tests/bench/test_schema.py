@@ -8,8 +8,8 @@ from pathlib import Path
 import pydantic
 import pytest
 
-from dew.bench import schema, validate
-from dew.bench.schema import BenchmarkRun, StepRow, read_run, write_run
+from dew.bench.record import schema, validate
+from dew.bench.record.schema import BenchmarkRun, StepRow, read_run, write_run
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -174,7 +174,7 @@ def test_exported_json_schema_is_current(tmp_path):
         for name, text in schema.json_schemas().items()
         if not (exported / name).exists() or (exported / name).read_text() != text
     ]
-    assert not stale, f"run `python -m dew.bench.schema --export results/schema`: {stale}"
+    assert not stale, f"run `python -m dew.bench.record.schema --export results/schema`: {stale}"
     assert schema.main(["--export", str(tmp_path)]) == 0
     for name in schema.SCHEMA_FILES:
         assert (tmp_path / name).read_text() == (exported / name).read_text()

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from dew.bench.schema import BenchmarkRun, read_run, write_run
-from dew.bench.site import build, docs, figure
+from dew.bench.analysis import plots as figure
+from dew.bench.record.schema import BenchmarkRun, read_run, write_run
+from dew.bench.site import build, docs
 from dew.bench.site.history import build_series
 from dew.bench.site.records import load_all
 
@@ -237,7 +238,7 @@ def test_the_repository_records_render(tmp_path, capsys):
 
 
 def test_the_comparison_chart_is_the_sites_figure(tmp_path):
-    from dew.bench import compare
+    from dew.bench.analysis import compare
 
     rerun = ROOT / "results" / "published" / "2026-09-05-rtx4080-9886c20-rerun.json"
     cmp = compare.compare(read_run(rerun), read_run(FIRST))

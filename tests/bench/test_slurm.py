@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from dew.bench import slurm, validate
-from dew.bench.launch import check_record
-from dew.bench.schema import read_run
+from dew.bench import slurm
+from dew.bench.multihost.launch import check_record
+from dew.bench.record import validate
+from dew.bench.record.schema import read_run
 from dew.train.distributed import EXIT_PEER_LOST
 
 COORDINATOR_VARIABLES = re.compile(r"\b(DEW|JAX)_(COORDINATOR_ADDRESS|NUM_PROCESSES|PROCESS_ID)=")

@@ -1,4 +1,4 @@
-"""The statistics behind intervals and verdicts (dew.bench.stats), fed with samples drawn
+"""The statistics behind intervals and verdicts (dew.bench.analysis.stats), fed with samples drawn
 from known distributions: a verdict must find a real difference, call two draws of one
 distribution `same` or `undecided`, and never `faster`/`slower` without enough evidence."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from dew.bench import stats
+from dew.bench.analysis import stats
 
 
 def _groups(rng, centre: float, repeats: int, steps: int, spread: float = 0.02):

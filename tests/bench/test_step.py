@@ -14,12 +14,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dew.bench import presets, report, step, timing
-from dew.bench.cli import UsageError
-from dew.bench.presets import Case
-from dew.bench.schema import StepRow, read_run, write_run
-from dew.bench.settings import Options
-from dew.bench.step_cli import main
+from dew.bench.analysis import tables as report
+from dew.bench.common.cli import UsageError
+from dew.bench.record.schema import StepRow, read_run, write_run
+from dew.bench.sweep import presets, timing
+from dew.bench.sweep import run as step
+from dew.bench.sweep.benchmark_step import main
+from dew.bench.sweep.presets import Case
+from dew.bench.sweep.settings import Options
 from dew.models import registry
 
 
@@ -305,8 +307,8 @@ def test_an_xla_flag_the_backend_rejects_is_refused_once(capsys):
 
 
 def test_xla_flags_take_a_value_that_starts_with_dashes():
-    from dew.bench import cli
-    from dew.bench.step_cli import Args
+    from dew.bench.common import cli
+    from dew.bench.sweep.benchmark_step import Args
 
     args = cli.parse(Args, ["--xla-flags", "--xla_backend_optimization_level=0"], prog="t")
     assert args.xla_flags == "--xla_backend_optimization_level=0"
@@ -317,7 +319,7 @@ def test_cudnn_attention_on_cpu_is_refused(capsys):
 
 
 def test_a_mesh_larger_than_the_devices_is_refused_and_a_smaller_one_warned():
-    from dew.bench.preflight import Devices, check_devices
+    from dew.bench.sweep.preflight import Devices, check_devices
 
     cases = [Case(architecture="simple_dit", batch=8)]
     cpus = Devices(platform="cpu", count=8, kind="cpu")
@@ -331,7 +333,7 @@ def test_a_mesh_larger_than_the_devices_is_refused_and_a_smaller_one_warned():
 
 
 def test_cpu_smoke_gives_its_processes_8_simulated_devices(monkeypatch):
-    from dew.bench import preflight
+    from dew.bench.sweep import preflight
 
     monkeypatch.setenv("XLA_FLAGS", "")
     cases = [Case(architecture="simple_dit", batch=8)]
@@ -387,7 +389,7 @@ def test_repeats_run_in_rounds_and_keep_every_repeats_samples(tmp_path):
 
 
 def test_a_cpu_smoke_row_has_every_gpu_field_null_with_its_reason(tmp_path):
-    from dew.bench.case_run import run_case
+    from dew.bench.sweep.case_run import run_case
 
     options = _options(steps=2, compilation_cache_dir=str(tmp_path / "cache"))
     row = run_case(Case(architecture="simple_dit", batch=8), options)

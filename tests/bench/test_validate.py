@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from dew.bench import validate
+from dew.bench.record import validate
 
 PUBLISHED = Path(__file__).resolve().parents[2] / "results" / "published"
 FIRST = PUBLISHED / "2026-09-02-rtx4080-6b0f119-small.json"

@@ -1,4 +1,4 @@
-"""A sweep compiles cases in parallel and times them one at a time (dew.bench.waves): real
+"""A sweep compiles cases in parallel and times them one at a time (dew.bench.sweep.waves): real
 child processes, real compiles; the record's phase timestamps say whether a compile ever
 ran during a timed window."""
 
@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from dew.bench import step
-from dew.bench.phases import COMPILING, occupancy, of_rows, overlaps
-from dew.bench.presets import Case
-from dew.bench.schema import read_run
-from dew.bench.settings import Options
-from dew.bench.step_cli import compile_jobs
+from dew.bench.record.schema import read_run
+from dew.bench.runtime.phases import COMPILING, occupancy, of_rows, overlaps
+from dew.bench.sweep import run as step
+from dew.bench.sweep.benchmark_step import compile_jobs
+from dew.bench.sweep.presets import Case
+from dew.bench.sweep.settings import Options
 
 CHEAP = [  # the cpu-smoke cases that compile fastest
     Case(architecture="causal_transformer", batch=8),
@@ -99,7 +99,7 @@ def test_the_default_is_the_cpu_count_on_cpu_and_one_job_on_a_gpu():
 
 
 def test_a_round_splits_into_even_waves_and_one_job_times_each_case_as_it_compiles():
-    from dew.bench.waves import WAVE_PER_JOB, wave_size
+    from dew.bench.sweep.waves import WAVE_PER_JOB, wave_size
 
     assert wave_size(18, 2) == 9  # two waves of 9, not 16 and 2
     assert wave_size(2 * WAVE_PER_JOB, 2) == 2 * WAVE_PER_JOB

@@ -109,7 +109,7 @@ def test_the_record_names_the_whole_stack(engine, cpu_image, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     probe = (
-        "import json, sys; from dew.bench.environment import capture; "
+        "import json, sys; from dew.bench.record.capture import capture; "
         "json.dump(capture().model_dump(mode='json'), open(sys.argv[1], 'w'))"
     )
     result = _run(

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy.io import savemat
 
-from dew.bench import prepare
+from dew.bench.loader import prepare_dataset as prepare
 from dew.data.oxford_flowers import class_names, oxford_flowers_source
 from dew.data.sources import PreparedTfdsSource, write_prepared
 from dew.data.synthetic import CLASS_NAMES, synthetic_record
@@ -19,7 +19,7 @@ TOOL = Path(__file__).resolve().parents[2] / "tools" / "prepare_dataset.py"
 
 @pytest.fixture(scope="module")
 def prepare_main():
-    """The tool's own main (the front is a thin import of dew.bench.prepare.main)."""
+    """The tool's own main (the front is a thin import of dew.bench.loader.prepare_dataset.main)."""
     spec = importlib.util.spec_from_file_location("prepare_dataset", TOOL)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

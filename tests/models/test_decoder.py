@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from dew.bench.presets import MOE_CASES
+from dew.bench.sweep.presets import MOE_CASES
 from dew.models.decoder import CausalTransformer, CausalTransformerConfig, MixtureOfExperts
 from dew.train.trainer import Trainer
 

@@ -11,7 +11,7 @@ from dew.models.diffusion_gemma import DiffusionGemma, DiffusionGemmaConfig, can
 from dew.train.mesh import MeshSpec
 from dew.train.trainer import Trainer
 
-BATCH = 4  # the small preset's batch (dew.bench.presets)
+BATCH = 4  # the small preset's batch (dew.bench.sweep.presets)
 
 
 def expected_params(c: DiffusionGemmaConfig) -> int:

@@ -10,7 +10,7 @@ from dew.models.multimodal import POOL, MultimodalConfig, MultimodalTransformer
 from dew.train.mesh import MeshSpec
 from dew.train.trainer import Trainer
 
-BATCH = 8  # the small preset's batch (dew.bench.presets)
+BATCH = 8  # the small preset's batch (dew.bench.sweep.presets)
 
 
 def expected_params(c: MultimodalConfig) -> int:

@@ -11,7 +11,7 @@ import time
 import pynvml
 import pytest
 
-from dew.bench.schema import GpuInfo, GpuWindow
+from dew.bench.record.schema import GpuInfo, GpuWindow
 from dew.telemetry import nvml
 from dew.telemetry.nvml import EnergyReading, Sample
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from dew.bench.launch import Launch
+from dew.bench.multihost.launch import Launch
 from dew.train import distributed
 from dew.train.mesh import MeshSpec
 from dew.train.trainer import Trainer

@@ -5,7 +5,7 @@ import math
 import jax
 import pytest
 
-from dew.bench.presets import MOE_CASES
+from dew.bench.sweep.presets import MOE_CASES
 from dew.models import registry
 from dew.train.mesh import MeshSpec
 from dew.train.trainer import Trainer

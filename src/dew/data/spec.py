@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import ClassVar
 
-from dew.bench import cli  # standard library only: the one spelling of a flag
+from dew.bench.common import cli  # standard library only: the one spelling of a flag
 from dew.config import Config
 
 # The largest square side a record is decoded to. The photos are about 500 px and the step

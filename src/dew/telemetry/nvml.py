@@ -162,7 +162,7 @@ def summarize(
     steps: int,
     batch: int | None,
 ) -> dict[str, Any]:
-    """A card's window as GpuWindow fields (dew.bench.schema), from recorded readings."""
+    """A card's window as GpuWindow fields (dew.bench.record.schema), from recorded readings."""
 
     def values(name: str) -> list[float]:
         return [v for s in samples if (v := getattr(s, name)) is not None]

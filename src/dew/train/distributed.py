@@ -4,7 +4,7 @@
     cluster = distributed.initialize()   # None: a single process, nothing to join
 
 Where the coordinator, the process count and this process's id come from, first match wins:
-- DEW_COORDINATOR_ADDRESS, DEW_NUM_PROCESSES, DEW_PROCESS_ID (what `dew.bench.launch`
+- DEW_COORDINATOR_ADDRESS, DEW_NUM_PROCESSES, DEW_PROCESS_ID (what `dew.bench.multihost.launch`
   sets for loopback processes), else JAX's own JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES,
   JAX_PROCESS_ID (a Kubernetes indexed Job sets these from the completion index);
 - a SLURM step with more than one task (SLURM_NTASKS > 1): JAX's SLURM detection reads the

@@ -31,9 +31,9 @@ from typing import Annotated
 
 import tyro
 
-from dew.bench import cli
-from dew.bench.cli import UsageError
-from dew.bench.files import atomic_write, check_output_dir
+from dew.bench.common import cli
+from dew.bench.common.cli import UsageError
+from dew.bench.common.files import atomic_write, check_output_dir
 from dew.bench.site import pages
 from dew.bench.site.history import build_series
 from dew.bench.site.records import Loaded, load_all

@@ -10,7 +10,7 @@ it comes from; everything between them is this command's output:
 
 Kinds: `step RECORD` (the step tool's table; a compile-only record gets its columns),
 `data RECORD` (the loader tool's table) and `parity RUN REFERENCE` (the parity table that
-`python -m dew.bench.compare RUN REFERENCE` prints for a compile-only run). Paths are
+`python -m dew.bench.analysis.compare RUN REFERENCE` prints for a compile-only run). Paths are
 relative to the repository root (the directory holding pyproject.toml above the file).
 
 Without --check each file's tables are rewritten in place (atomically, only when one
@@ -29,10 +29,11 @@ from typing import Annotated
 
 import tyro
 
-from dew.bench import cli, report
-from dew.bench.cli import UsageError
-from dew.bench.files import atomic_write
-from dew.bench.validate import load
+from dew.bench.analysis import tables as report
+from dew.bench.common import cli
+from dew.bench.common.cli import UsageError
+from dew.bench.common.files import atomic_write
+from dew.bench.record.validate import load
 
 PROG = "python -m dew.bench.site.docs"
 OPEN = re.compile(r"^<!-- dew-table: (?P<spec>.+?) -->$")
@@ -61,7 +62,7 @@ def render_table(spec: str, root: Path, where: str) -> str:
             raise UsageError(f"{where}: {paths[0]} is a {records[0].kind} record, not a data one")
         return report.data_table(records[0].rows, "md")
     if kind == "parity" and len(records) == 2:
-        from dew.bench import parity
+        from dew.bench.analysis import parity
 
         rows = parity.check(*records)
         text = parity.render(rows, *records, paths[0], paths[1], "md")

@@ -20,9 +20,9 @@ import dataclasses
 import math
 import statistics
 
-from dew.bench.schema import BenchmarkRun, StepRow
+from dew.bench.record.schema import BenchmarkRun, StepRow
+from dew.bench.record.stack import StackDifference, stack_differences
 from dew.bench.site.records import Entry
-from dew.bench.stack import StackDifference, stack_differences
 
 BAND = 0.05  # a smaller relative change is never flagged (compare's default band)
 PENALTY = 2.0  # x sigma^2 x log(n), the BIC's: PELT proposes, the step test decides

@@ -1,7 +1,7 @@
 """What each page shows: the index, one page per architecture, one per record.
 
 Functions here turn records and series into plain values for the templates
-(templates/*.html.j2); the tables of a record are dew.bench.report's, cell for cell.
+(templates/*.html.j2); the tables of a record are dew.bench.analysis.tables's, cell for cell.
 """
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from dew.bench import report
-from dew.bench.data import keep_up_verdicts
-from dew.bench.schema import DataRow, StepRow
-from dew.bench.site.figure import history_svg
+from dew.bench.analysis import tables as report
+from dew.bench.analysis.plots import history_svg
+from dew.bench.loader.benchmark_data import keep_up_verdicts
+from dew.bench.record.schema import DataRow, StepRow
 from dew.bench.site.history import Series
 from dew.bench.site.records import Entry
 

@@ -12,9 +12,9 @@ import re
 from datetime import UTC, date, datetime
 from pathlib import Path
 
-from dew.bench.cli import UsageError, one_line
-from dew.bench.schema import BenchmarkRun
-from dew.bench.validate import check_file
+from dew.bench.common.cli import UsageError, one_line
+from dew.bench.record.schema import BenchmarkRun
+from dew.bench.record.validate import check_file
 
 PUBLISHED_DIR_NAME = "published"  # results/published/: the seed's tables, the references
 

@@ -1,0 +1,350 @@
+"""The A/B table of `nox -s ab`: two stacks timed in paired, interleaved rounds on one host.
+
+    python -m dew.bench.analysis.ab results/runs/<run>/ [--band 5] [--alpha 0.05] [--overwrite]
+
+docker/stacks.py (run_rounds) ran every case once per side per round, each in a fresh
+process, alternating which side went first, and left RUN/ab-plan.json and one record per
+run under RUN/rounds/. This pairs them: for each case and round, the ratio B / A of ms/step
+(below 1: B is faster); for each case the median of those ratios, its 95% interval and a
+Wilcoxon signed-rank p (dew.bench.analysis.stats.paired), the p-values corrected together by
+Holm-Bonferroni. The verdict (dew.bench.analysis.stats.verdict): `faster`/`slower` when the median
+is beyond the band AND p < alpha AND the interval excludes 1; `same` when the whole
+interval lies inside the band; else `undecided`, saying why.
+
+It writes RUN/a.json and RUN/b.json (one record per side: each case's row with every round
+as a repeat), RUN/ab.md (the table) and RUN/ab.png (the ratios with their intervals).
+Exit 0 when no case is faster or slower and every run was ok; 1 otherwise; 2 bad input.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any
+
+import tyro
+
+from dew.bench.analysis import stats
+from dew.bench.analysis.tables import table
+from dew.bench.common import cli, files
+from dew.bench.record.schema import (
+    SCHEMA_VERSION,
+    BenchmarkRun,
+    StepRepeat,
+    StepRow,
+    read_run,
+    write_run,
+)
+
+PROG = "dew.bench.analysis.ab"
+PLAN = "ab-plan.json"
+OUTPUTS = {"A": "a.json", "B": "b.json", "table": "ab.md", "chart": "ab.png"}
+MEDIANS = ("ms_per_step", "p10_ms", "p50_ms", "p90_ms", "samples_per_s", "tokens_per_s")
+
+
+@dataclasses.dataclass(frozen=True)
+class Args:
+    """Pair the rounds of an A/B run (nox -s ab) into one record per side, the table and
+    the chart. Exit 0: no case faster or slower; 1: one is, or a run failed; 2: usage."""
+
+    run_dir: Annotated[Path, tyro.conf.Positional, tyro.conf.arg(metavar="RUN_DIR")]
+    """the A/B run's directory (holds ab-plan.json and rounds/)"""
+    band: float | None = None
+    """noise band in percent, in (0, 100); default: the run's (nox -s ab --band, 5)"""
+    alpha: float | None = None
+    """significance level after Holm-Bonferroni; default: the run's (0.05)"""
+    overwrite: bool = False
+    """replace existing a.json, b.json, ab.md and ab.png"""
+
+
+@dataclasses.dataclass
+class Case:
+    """One case (row key) across the rounds: each side's row per round (None: no row)."""
+
+    label: str
+    rows: dict[str, dict[int, StepRow]]
+    pairs: list[tuple[int, float, float]] = dataclasses.field(default_factory=list)
+    result: stats.Paired | None = None
+    adjusted_p: float | None = None
+    verdict: str = "undecided"
+    why: str | None = None
+
+    def median(self, side: str) -> float | None:
+        values = [r.ms_per_step for r in self.rows[side].values() if _ok(r)]
+        return statistics.median(values) if values else None
+
+
+def _ok(row: StepRow | None) -> bool:
+    return row is not None and row.status == "ok" and bool(row.ms_per_step)
+
+
+def load(run_dir: Path) -> tuple[dict, dict[str, dict[int, BenchmarkRun]]]:
+    """The plan and every run's record by side and round (a run without one is absent)."""
+    plan_path = files.check_input_file(run_dir / PLAN, flag="RUN_DIR")
+    try:
+        plan = json.loads(plan_path.read_text())
+        entries = plan["order"]
+        plan["sides"]["A"], plan["sides"]["B"]  # noqa: B018 - both sides must be named
+    except (ValueError, KeyError, TypeError) as error:
+        raise cli.UsageError(f"{plan_path} is not an A/B plan: {cli.one_line(error)}") from None
+    records: dict[str, dict[int, list[BenchmarkRun]]] = {"A": {}, "B": {}}
+    for entry in entries:
+        path = run_dir / "rounds" / entry["record"]
+        try:
+            record = read_run(path)
+        except (OSError, ValueError):  # a run that died before writing (its .log says why)
+            continue
+        records[entry["side"]].setdefault(entry["round"], []).append(record)
+    return plan, records
+
+
+def cases(records: dict[str, dict[int, list[BenchmarkRun]]]) -> list[Case]:
+    """Rows matched by case (row.key()) across the sides and rounds, in first-seen order."""
+    found: dict[tuple, Case] = {}
+    for side, by_round in records.items():
+        for round_, runs in sorted(by_round.items()):
+            for record in runs:
+                for row in record.rows:
+                    case = found.setdefault(row.key(), Case(row.label(), {"A": {}, "B": {}}))
+                    case.rows[side][round_] = row
+    return list(found.values())
+
+
+def decide(found: list[Case], band: float, alpha: float) -> None:
+    """Pair the rounds, then the verdicts with the p-values corrected together."""
+    for case in found:
+        a, b = case.rows["A"], case.rows["B"]
+        case.pairs = [(r, a[r].ms_per_step, b[r].ms_per_step) for r in sorted(a)
+                      if _ok(a[r]) and _ok(b.get(r))]  # fmt: skip
+        if case.pairs:
+            case.result = stats.paired([p[2] for p in case.pairs], [p[1] for p in case.pairs])
+    tested = [case for case in found if case.result is not None]
+    for case, p in zip(tested, stats.holm([c.result.p_value for c in tested]), strict=True):
+        case.adjusted_p = p
+        result = case.result
+        if result.rounds < stats.MIN_REPEATS:
+            case.why = f"{result.rounds} paired rounds: a verdict needs {stats.MIN_REPEATS}"
+            continue
+        comparison = stats.Comparison(
+            result.median, result.low, result.high, result.p_value, (result.rounds,) * 2
+        )
+        case.verdict, case.why = stats.verdict(comparison, p, band=band / 100, alpha=alpha)
+    for case in found:
+        if case.result is None:
+            case.verdict, case.why = "no pair", "no round has an ok run on both sides"
+
+
+def lowest_p(rounds: int, tests: int) -> float:
+    """The smallest Holm-adjusted p the exact signed-rank test can give with `rounds`."""
+    return min(1.0, tests * 2 / 2**rounds)
+
+
+# --- one record per side ------------------------------------------------------------------------
+
+
+def side_record(side: str, plan: dict, runs: dict[int, list[BenchmarkRun]], found: list[Case]):
+    """The side's record: the first run's header, each case's row with every round as a
+    repeat and its figures the medians over the rounds."""
+    ordered = [record for _, group in sorted(runs.items()) for record in group]
+    if not ordered:
+        return None
+    first = ordered[0]
+    rows = [_side_row(case.rows[side]) for case in found if case.rows[side]]
+    settings = first.settings.model_copy()
+    settings.repeats = plan["rounds"]
+    seen = {}
+    for record in ordered:
+        for case in record.settings.cases or []:
+            seen.setdefault(json.dumps(case, sort_keys=True), case)
+    settings.cases = list(seen.values()) or None
+    settings.architectures = sorted({row.architecture for row in rows}) or None
+    given = plan["sides"][side]["given"]
+    note = (
+        f"A/B side {side} ({given}): each case in {plan['rounds']} fresh processes, one a "
+        f"round, interleaved with side {'B' if side == 'A' else 'A'} (nox -s ab)"
+    )
+    return BenchmarkRun(
+        schema_version=SCHEMA_VERSION, kind="step", created=first.created,
+        command=first.command, settings=settings, environment=first.environment,
+        idle_check=first.idle_check, rows=rows, note=note,
+    )  # fmt: skip
+
+
+def _side_row(by_round: dict[int, StepRow]) -> StepRow:
+    rows = [by_round[r] for r in sorted(by_round)]
+    ok = [row for row in rows if _ok(row)]
+    template = (ok or rows)[0].model_dump()
+    failed = [row for row in rows if not _ok(row)]
+    if ok:
+        for name in MEDIANS:
+            values = [getattr(row, name) for row in ok if getattr(row, name) is not None]
+            template[name] = statistics.median(values) if values else None
+        template["compile_s"] = statistics.median([r.compile_s or 0.0 for r in ok])
+        repeats = [repeat for row in ok for repeat in _repeats_of(row)]
+        template["repeats"] = [repeat.model_dump() for repeat in repeats]
+        groups = stats.groups_of([r.ms_per_step for r in repeats], [r.synced_ms for r in repeats])
+        template["ms_per_step_ci95"] = list(stats.interval(groups))
+        template["warnings"] = stats.noise_warnings(
+            [r.ms_per_step for r in repeats], [r.synced_ms for r in repeats]
+        )
+    if failed:
+        error = next((row.error for row in failed if row.error), "no record")
+        template.update(status="failed", error=f"{len(failed)} of {len(rows)} rounds: {error}")
+    return StepRow.model_validate(template)
+
+
+def _repeats_of(row: StepRow) -> list[StepRepeat]:
+    """A round's row as repeats: its own (schema 2), or its figure alone (schema 1)."""
+    if row.repeats:
+        return list(row.repeats)
+    return [StepRepeat(ms_per_step=row.ms_per_step, synced_ms=[], compile_s=row.compile_s)]
+
+
+# --- the table and the chart ----------------------------------------------------------------------
+
+
+def render(plan: dict, found: list[Case], band: float, alpha: float) -> str:
+    sides = plan["sides"]
+
+    def name(side: str) -> str:
+        info = sides[side]
+        commit = (info.get("commit") or "not labelled")[:7]
+        return f"**{side}** `{info['given']}` ({info['kind']}): commit {commit}, `{info['image']}`"
+
+    rounds = plan["rounds"]
+    lines = [
+        f"A/B: B against A on ms/step, the median of the paired per-round ratios B/A "
+        f"(below 1: B is faster); {rounds} rounds, every case once per side per round in a "
+        "fresh process, the side going first alternating.",
+        "",
+        f"- {name('A')}",
+        f"- {name('B')}",
+        "",
+    ]
+    body = []
+    for case in found:
+        result = case.result
+        body.append([
+            case.label, _num(case.median("A")), _num(case.median("B")),
+            f"{result.median:.3f} ({(result.median - 1) * 100:+.1f}%)" if result else "—",
+            f"{result.low:.3f}-{result.high:.3f}" if result else "—",
+            "—" if case.adjusted_p is None else f"{case.adjusted_p:.3g}",
+            str(result.rounds if result else 0), case.verdict,
+        ])  # fmt: skip
+    headers = ["case", "A ms/step", "B ms/step", "B/A", "95% interval", "p (Holm)", "pairs"]
+    lines.append(table([*headers, "verdict"], body, "md"))
+    per_round = [[case.label] + [f"{b / a:.3f}" for _, a, b in case.pairs] for case in found]
+    first = [f"r{r} ({'A' if (r - 1) % 2 == 0 else 'B'} first)" for r in range(1, rounds + 1)]
+    lines += ["Per-round ratios B/A (the first case's order; it alternates by case):", ""]
+    lines.append(table(["case", *first], per_round, "md"))
+    notes = [f"- {case.label}: {case.why}" for case in found if case.why]
+    tests = sum(1 for case in found if case.result is not None)
+    if tests and lowest_p(rounds, tests) >= alpha:
+        more = next(n for n in range(rounds, 64) if lowest_p(n, tests) < alpha)
+        notes.append(
+            f"- with {rounds} rounds and {tests} cases the signed-rank test's smallest p after "
+            f"Holm is {lowest_p(rounds, tests):.3g}: no case can be faster or slower at alpha "
+            f"{alpha:g}; {more} rounds can"
+        )
+    if notes:
+        lines += ["Notes:", "", *notes, ""]
+    lines.append(summary(found, band, alpha))
+    return "\n".join(lines) + "\n"
+
+
+def summary(found: list[Case], band: float, alpha: float) -> str:
+    counts = {v: sum(1 for c in found if c.verdict == v) for v in ("faster", "slower", "same")}
+    other = len(found) - sum(counts.values())
+    return (
+        f"B against A: {len(found)} cases: {counts['faster']} faster, {counts['slower']} "
+        f"slower, {counts['same']} same, {other} undecided (band ±{band:g}%, alpha {alpha:g} "
+        "after Holm-Bonferroni)"
+    )
+
+
+def _num(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"
+
+
+def chart(path: Path, found: list[Case], band: float) -> Path:
+    """Each case's median ratio B/A with its 95% interval, the band shaded around 1."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    shown = [case for case in found if case.result is not None]
+    fig = Figure(figsize=(max(6.0, 1.2 * len(shown) + 2), 4.5))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    ax.axhspan(1 - band / 100, 1 + band / 100, color="0.9", label=f"band ±{band:g}%")
+    ax.axhline(1.0, color="0.5", lw=1)
+    for x, case in enumerate(shown):
+        r = case.result
+        ax.errorbar(x, r.median, yerr=[[r.median - r.low], [r.high - r.median]], fmt="o",
+                    capsize=4, color="black")  # fmt: skip
+        ax.annotate(case.verdict, (x, r.high), textcoords="offset points", xytext=(0, 6),
+                    ha="center", fontsize=8)  # fmt: skip
+    ax.set_xticks(range(len(shown)), [case.label for case in shown], rotation=20, ha="right")
+    ax.set_xlim(-0.6, len(shown) - 0.4)
+    ax.set_ylabel("ms/step B / A (median of rounds)")
+    ax.set_title("B against A: paired per-round ratios, 95% intervals")
+    ax.legend(loc="best", fontsize=8)
+    fig.tight_layout()
+    files.atomic_write(path, _png(fig))
+    return path
+
+
+def _png(fig: Any) -> bytes:
+    import io
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=120)
+    return buffer.getvalue()
+
+
+# --- the entry point ----------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    return cli.run(PROG, lambda: _ab(cli.parse(Args, argv, prog=PROG)))
+
+
+def _ab(args: Args) -> int:
+    if not args.run_dir.is_dir():
+        raise cli.UsageError(f"RUN_DIR {args.run_dir} is not a directory (nox -s ab makes one)")
+    plan, records = load(args.run_dir)
+    band = plan.get("band", 5.0) if args.band is None else args.band
+    alpha = plan.get("alpha", 0.05) if args.alpha is None else args.alpha
+    if not 0 < band < 100:  # a NaN fails this too
+        raise cli.UsageError(f"--band {band:g} is not a percentage in (0, 100)")
+    if not 0 < alpha < 1:
+        raise cli.UsageError(f"--alpha {alpha:g} is not a probability in (0, 1)")
+    outputs = {key: args.run_dir / name for key, name in OUTPUTS.items()}
+    for path in outputs.values():  # before any work: nothing is half written
+        files.check_output_file(path, flag=f"RUN_DIR/{path.name}", overwrite=args.overwrite)
+    found = cases(records)
+    if not found:
+        raise cli.UsageError(f"{args.run_dir}: no run left a record (see rounds/*.log)")
+    decide(found, band, alpha)
+    for side in ("A", "B"):
+        record = side_record(side, plan, records[side], found)
+        if record is not None:
+            write_run(outputs[side], record)
+    text = render(plan, found, band, alpha)
+    files.atomic_write(outputs["table"], text)
+    chart(outputs["chart"], found, band)
+    print(text, end="")
+    print(f"records: {outputs['A']}, {outputs['B']}; chart: {outputs['chart']}", file=sys.stderr)
+    failed = any(not _ok(row) for case in found for rows in case.rows.values()
+                 for row in rows.values())  # fmt: skip
+    missing = any(entry.get("exit") not in (0, None) for entry in plan["order"])
+    changed = any(case.verdict in ("faster", "slower") for case in found)
+    return cli.EXIT_CHANGED if changed or failed or missing else cli.EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""A row from its repeats: each repeat a fresh process with its own compile and windows.
+
+The row's ms/step and p10/p50/p90 are medians over its repeats of each repeat's own
+figures; samples/s, tokens/s and util follow from that ms/step; the row keeps every
+repeat's raw samples (`repeats`), the 95% interval of its ms/step (dew.bench.analysis.stats) and
+its noise warnings. With one repeat the figures are that process's, as before schema 2.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from dew.bench.analysis import stats
+from dew.bench.record.schema import DataRepeat, DataRow, StepRepeat, StepRow
+
+DIGITS = 4  # raw samples kept to 0.1 us: a 100-step repeat is about 1 KB of JSON
+
+
+def step_repeat(ms_per_step: float, synced_ms: Sequence[float], compile_s: float | None):
+    """One repeat's raw samples, as the child process measured them."""
+    return StepRepeat(
+        ms_per_step=round(ms_per_step, DIGITS),
+        synced_ms=[round(value, DIGITS) for value in synced_ms],
+        compile_s=compile_s,
+    )
+
+
+def with_host_readings(row, busy: str | None, probe_ms: float | None):
+    """The step or loader row with the host readings taken before its repeat on each of its
+    repeats: why the idle check found the host busy (None: it did not) and the host probe's
+    ms (dew.bench.runtime.hostprobe; None: not read). A row without repeats is returned as it is."""
+    if not row.repeats:
+        return row
+    probe = None if probe_ms is None else round(probe_ms, DIGITS)
+    update = {"host_busy": busy, "host_probe_ms": probe}
+    return row.model_copy(update={"repeats": [r.model_copy(update=update) for r in row.repeats]})
+
+
+def merge_step(previous: StepRow | None, new: StepRow) -> StepRow:
+    """The case's row once `new` (one more repeat) has run after `previous` (None: first)."""
+    if new.status != "ok":
+        if previous is None or previous.status != "ok":
+            return new
+        failed = len(previous.repeats or []) + 1
+        note = f"repeat {failed} failed: {new.error}"
+        return previous.model_copy(update={"warnings": [*previous.warnings, note]})
+    if previous is None or previous.status != "ok" or not previous.repeats:
+        return summarize_step(new, new.repeats or [])
+    return summarize_step(new, [*previous.repeats, *(new.repeats or [])], first=previous)
+
+
+def summarize_step(
+    row: StepRow, repeats: list[StepRepeat], first: StepRow | None = None
+) -> StepRow:
+    """`row` with its figures the medians over `repeats`, the interval and the warnings."""
+    if not repeats:
+        return row
+    figures = [repeat.ms_per_step for repeat in repeats]
+    samples = [repeat.synced_ms for repeat in repeats]
+    ms = float(np.median(figures))
+    update: dict[str, Any] = {"repeats": repeats, "ms_per_step": ms}
+    for name, q in (("p10_ms", 10), ("p50_ms", 50), ("p90_ms", 90)):
+        update[name] = float(np.median([np.percentile(s, q) for s in samples if len(s)]))
+    for name in ("samples_per_s", "tokens_per_s", "util"):  # each inversely to the step time
+        value = getattr(row, name)
+        if value is not None and row.ms_per_step:
+            update[name] = value * row.ms_per_step / ms
+    compiles = [repeat.compile_s for repeat in repeats if repeat.compile_s is not None]
+    if compiles:
+        update["compile_s"] = float(np.median(compiles))
+    peaks = [r.peak_gib for r in (first, row) if r is not None and r.peak_gib is not None]
+    if peaks:
+        update["peak_gib"] = max(peaks)
+    groups = stats.groups_of(figures, samples)
+    update["ms_per_step_ci95"] = list(stats.interval(groups))
+    failed = [
+        w for w in (first.warnings if first else []) if w.startswith("repeat ") and "failed" in w
+    ]
+    update["warnings"] = stats.noise_warnings(figures, samples) + busy_warnings(repeats) + failed
+    return StepRow.model_validate({**row.model_dump(), **update})
+
+
+def busy_warnings(repeats: Sequence[StepRepeat | DataRepeat]) -> list[str]:
+    return [
+        f"repeat {index}: the host was busy ({repeat.host_busy})"
+        for index, repeat in enumerate(repeats, start=1)
+        if repeat.host_busy
+    ]
+
+
+def step_groups(row: StepRow) -> list[np.ndarray] | None:
+    """The row's samples for a comparison, None for a row that holds summaries only."""
+
+    if not row.repeats:
+        return None
+    figures = [repeat.ms_per_step for repeat in row.repeats]
+    return stats.groups_of(figures, [repeat.synced_ms for repeat in row.repeats])
+
+
+# --- the loader ----------------------------------------------------------------------------
+
+
+def summarize_data(row: DataRow, repeats: list[DataRepeat]) -> DataRow:
+    """A loader row with its figures the medians over `repeats` (ms per batch decides)."""
+
+    if not repeats:
+        return row
+    per_batch = [1e3 * row.batch / repeat.samples_per_s for repeat in repeats]
+    samples = [repeat.intervals_ms for repeat in repeats]
+    groups = stats.groups_of(per_batch, samples)
+    ms = stats.figure(groups)
+    low, high = stats.interval(groups)
+    update: dict[str, Any] = {
+        "repeats": repeats,
+        "samples_per_s": 1e3 * row.batch / ms,
+        "samples_per_s_ci95": [1e3 * row.batch / high, 1e3 * row.batch / low],
+        "p50_ms": float(np.median([np.percentile(s, 50) for s in samples])),
+        "p95_ms": float(np.median([np.percentile(s, 95) for s in samples])),
+        "warnings": stats.noise_warnings(per_batch, samples, unit="ms/batch")
+        + busy_warnings(repeats),
+    }
+    firsts = [repeat.first_batch_s for repeat in repeats if repeat.first_batch_s is not None]
+    if firsts:
+        update["first_batch_s"] = float(np.median(firsts))
+    return DataRow.model_validate({**row.model_dump(), **update})
+
+
+def data_groups(row: DataRow) -> list[np.ndarray] | None:
+    """The loader row's samples (ms per batch) for a comparison; None without samples."""
+
+    if not row.repeats:
+        return None
+    per_batch = [1e3 * row.batch / repeat.samples_per_s for repeat in row.repeats]
+    return stats.groups_of(per_batch, [repeat.intervals_ms for repeat in row.repeats])

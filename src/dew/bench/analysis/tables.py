@@ -1,0 +1,323 @@
+"""Tables of result records: the seed's layout (tab-separated) or Markdown.
+
+step_table(rows, fmt)      the step benchmark's table, columns as in the seed
+                           (compile_only=True: the --compile-only columns)
+data_table(rows, fmt)      the loader benchmark's table
+comparison(cmp, ...)       dew.bench.analysis.compare's report: stack differences, ratios, verdict
+table(headers, rows, fmt)  any table: "tsv" (the seed's layout), "md", or "aligned"
+
+Figures (a row with its interval, compare --plot, the site) are dew.bench.analysis.plots's.
+
+A row names itself: `row.label()` (dew.bench.record.schema) is the first cell of every table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from dew.bench.record.schema import BenchmarkRun, DataRow, StepRow
+from dew.bench.record.stack import NOT_RECORDED
+
+if TYPE_CHECKING:  # compare imports this module to print its results
+    from dew.bench.analysis.compare import Comparison
+
+FORMATS = ("tsv", "md", "aligned")
+MISSING = "—"
+COLUMN_NAMES = {  # a record field as a comparison names it
+    "ms_per_step": "ms/step",
+    "p50_ms": "p50",
+    "p95_ms": "p95",
+    "samples_per_s": "samples/s",
+    "util": "util",
+    "peak_gib": "peak GiB",
+    "first_batch_s": "first batch",
+    "gflop_per_step": "GFLOP/step",
+}
+
+STEP_HEADERS = (
+    "architecture",
+    "sample",
+    "batch",
+    "params",
+    "ms/step",
+    "p10 / p50 / p90 ms",
+    "samples/s",
+    "GFLOP/step",
+    "util",
+    "peak GiB",
+    "compile s",
+)
+COMPILE_HEADERS = (
+    "architecture",
+    "sample",
+    "batch",
+    "params",
+    "GFLOP/step",
+    "cost_analysis GFLOP",
+    "compiler peak GiB",
+    "compile s",
+)
+DATA_HEADERS = (
+    "dataset",
+    "batch",
+    "image size",
+    "grain workers",
+    "threads",
+    "samples/s",
+    "p50 step",
+    "p95 step",
+    "first batch s",
+)
+
+
+def num(value: float | None, digits: int = 1, suffix: str = "") -> str:
+    """`digits` decimals (the seed's figures, no thousands comma); three significant
+    digits where those decimals would keep fewer than two (a cpu-smoke 0.0123 GFLOP would
+    otherwise print as 0.0)."""
+    if value is None:
+        return MISSING
+    if value != 0 and abs(value) < 10 ** (1 - digits):
+        return f"{value:.3g}{suffix}"
+    return f"{value:.{digits}f}{suffix}"
+
+
+def count(value: int | None) -> str:
+    return MISSING if value is None else f"{value:,}"
+
+
+def percent(value: float | None) -> str:
+    return MISSING if value is None else f"{value * 100:.1f}%"
+
+
+def step_table(rows: Sequence[StepRow], fmt: str = "tsv", *, compile_only: bool = False) -> str:
+    body = []
+    for row in rows:
+        if row.status == "failed":
+            body.append(
+                [row.label(), row.sample or MISSING, count(row.batch), f"failed: {row.error}"]
+            )
+            continue
+        if compile_only:
+            body.append(
+                [
+                    row.label(),
+                    row.sample or MISSING,
+                    count(row.batch),
+                    count(row.params),
+                    num(row.gflop_per_step),
+                    num(row.cost_analysis_gflop),
+                    num(row.compiler_peak_gib, 2),
+                    num(row.compile_s),
+                ]
+            )
+            continue
+        percentiles = " / ".join(num(v) for v in (row.p10_ms, row.p50_ms, row.p90_ms))
+        body.append(
+            [
+                row.label(),
+                row.sample or MISSING,
+                count(row.batch),
+                count(row.params),
+                num(row.ms_per_step, 2),
+                percentiles,
+                num(row.samples_per_s),
+                num(row.gflop_per_step),
+                percent(row.util),
+                num(row.peak_gib, 2),
+                num(row.compile_s),
+            ]
+        )
+    headers = list(COMPILE_HEADERS if compile_only else STEP_HEADERS)
+    headers, body = _noise_columns(rows, body, headers, compile_only)
+    return table(headers, body, fmt)
+
+
+def _noise_columns(rows, body, headers, compile_only):
+    """The interval (when a row has repeats) and the warnings (when a row has any) as
+    columns of their own, so that a run of one repeat prints the seed's table unchanged."""
+    ok = [row for row in rows if row.status == "ok"]
+    if not compile_only and any(row.repeats and len(row.repeats) > 1 for row in ok):
+        at = headers.index("ms/step") + 1
+        headers.insert(at, "95% interval")
+        for row, cells in zip(rows, body, strict=True):
+            if row.status == "ok":
+                interval = row.ms_per_step_ci95
+                shown = f"{num(interval[0], 2)} - {num(interval[1], 2)}" if interval else MISSING
+                cells.insert(at, f"{shown} ({len(row.repeats or [])})")
+    if any(row_warnings(row) for row in rows):
+        headers.append("warnings")
+        for row, cells in zip(rows, body, strict=True):
+            if row.status == "ok":
+                cells.append("; ".join(row_warnings(row)) or "")
+    return headers, body
+
+
+def row_warnings(row: StepRow) -> list[str]:
+    """A row's warnings: its own (noise, a busy host), the custom calls its GFLOP/step
+    could not count (counted as 0) and, under --gpu-check warn, its GPU's slowdowns. The
+    last two are read from the row's fields, which every repeat's merge keeps."""
+    warnings = list(row.warnings)
+    if row.uncounted_custom_calls:
+        calls = ", ".join(f"{target} x{n}" for target, n in row.uncounted_custom_calls.items())
+        warnings.append(f"GFLOP/step counts 0 for custom calls it does not know: {calls}")
+    if row.gpu is not None and row.gpu.check == "warn" and row.gpu.slowdowns:
+        warnings.append("the GPU slowed itself down: " + "; ".join(row.gpu.slowdowns))
+    return warnings
+
+
+def data_table(rows: Sequence[DataRow], fmt: str = "tsv") -> str:
+    body = []
+    for row in rows:
+        if row.status == "failed":
+            body.append(
+                [row.dataset, count(row.batch), count(row.image_size), f"failed: {row.error}"]
+            )
+            continue
+        body.append(
+            [
+                row.dataset,
+                count(row.batch),
+                count(row.image_size),
+                count(row.workers),
+                count(row.threads),
+                num(row.samples_per_s),
+                num(row.p50_ms, 2, " ms"),
+                num(row.p95_ms, 1, " ms"),
+                num(row.first_batch_s, 2),
+            ]
+        )
+    return table(DATA_HEADERS, body, fmt)
+
+
+def phase_totals(rows: Sequence[StepRow], fmt: str = "tsv") -> str:
+    """The line under the step table: where the sweep's time went, summed over its rows'
+    processes (dew.bench.runtime.phases), and the wall time from the first process start to the
+    last phase's end. Empty when no row has phases (records before schema 3)."""
+    from dew.bench.runtime.phases import of_rows, totals
+
+    phases = of_rows(rows)
+    if not phases:
+        return ""
+    sums = totals(phases)
+    wall = max(p.start + p.seconds for p in phases) - min(p.start for p in phases)
+    parts = ", ".join(f"{name} {seconds:.1f}" for name, seconds in sums.items())
+    text = (
+        f"phases (s, summed over {len(rows)} rows' processes): {parts}; "
+        f"sum {sum(sums.values()):.1f}; wall {wall:.1f} from the first process start"
+    )
+    return f"# {text}\n" if fmt == "tsv" else f"\n{text}\n"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]], fmt: str = "tsv") -> str:
+    """Render a table; a short row (a failed one) leaves its last cell to span the rest."""
+    if fmt not in FORMATS:
+        raise ValueError(f"table format {fmt!r} is not one of: {', '.join(FORMATS)}")
+    width = len(headers)
+    full = [list(r) + [""] * (width - len(r)) for r in rows]
+    if fmt == "tsv":
+        return "\n".join("\t".join(r).rstrip("\t") for r in [list(headers), *full]) + "\n"
+    if fmt == "md":
+
+        def line(cells):
+            return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+        out = [line(headers), "|" + "---|" * width]
+        out += [line(r) for r in full]
+        return "\n".join(out) + "\n"
+    widths = [max(len(str(r[i])) for r in [list(headers), *full]) for i in range(width)]
+    # A failed row's long error would widen its column for everyone; let it overflow.
+    widths = [min(w, 60) for w in widths]
+    lines = [
+        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+        for r in [list(headers), *full]
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines) + "\n"
+
+
+# --- the comparison ------------------------------------------------------------------------
+
+
+def describe(record: BenchmarkRun) -> str:
+    """When, on what and at which commit a record was measured, in one phrase."""
+    env = record.environment
+    device = env.devices.kind if env.devices and env.devices.kind else NOT_RECORDED
+    commit = env.code.commit if env.code and env.code.commit else NOT_RECORDED
+    return f"{record.created or 'date not recorded'}, {device}, dew {commit}"
+
+
+def _ratio_text(ratio: float | None) -> str:
+    if ratio is None:
+        return MISSING
+    return f"{ratio:.3f} ({(ratio - 1) * 100:+.1f}%)"
+
+
+def comparison(cmp: Comparison, run: BenchmarkRun, ref: BenchmarkRun, fmt: str = "md") -> str:
+    """dew.bench.analysis.compare's report ("md" or "text"): stack, rows, notes, verdict."""
+    style = "md" if fmt == "md" else "aligned"
+    h = "### " if fmt == "md" else ""
+    out = [
+        f"{'## ' if fmt == 'md' else ''}Comparison (noise band ±{cmp.band:g}%)",
+        "",
+        f"- run: {cmp.run_label} ({describe(run)})",
+        f"- reference: {cmp.reference_label} ({describe(ref)})",
+        *([f"- {cmp.host_line}"] if cmp.host_line else []),
+        "",
+        f"{h}Stack differences",
+        "",
+    ]
+    if cmp.stack:
+        stack = [(d.what, d.run, d.reference) for d in cmp.stack]
+        out.append(table(("what", "run", "reference"), stack, style))
+    else:
+        out.append("none recorded\n")
+    if cmp.not_recorded:
+        out.append(f"Recorded on one side only: {', '.join(cmp.not_recorded)}.\n")
+    timing = COLUMN_NAMES[cmp.timing]
+    headers = ["row", f"{timing} run", f"{timing} ref"]
+    headers += [f"{COLUMN_NAMES[f]} ratio" for f in cmp.fields] + ["verdict"]
+    body = []
+    for r in cmp.rows:
+        if r.run is None:  # listed in one line below the table
+            continue
+        b = getattr(r.reference, cmp.timing) if r.reference else None
+        ratios = [_ratio_text(r.ratios.get(f)) for f in cmp.fields]
+        ratios[0] += _interval_text(r, cmp.timing)
+        body.append([r.label, num(getattr(r.run, cmp.timing), 2), num(b, 2), *ratios, r.verdict])
+    out += [f"{h}Rows", "", table(headers, body, style)]
+    absent = [r.label for r in cmp.rows if r.run is None]
+    if absent:
+        out.append(f"Reference rows not in this run: {', '.join(absent)}.\n")
+    notes = [f"- {r.label}: {n}" for r in cmp.rows for n in r.notes]
+    if notes:
+        out += ["Notes:", *notes, ""]
+    counted = cmp.counted
+    tally = {word: sum(r.verdict == word for r in counted) for word in VERDICTS}
+    outside = [r for r in counted if r.changed]
+    word = "REPRODUCED" if cmp.reproduced else "NOT REPRODUCED"
+    summary = f"{word}: {len(counted)} comparable rows: " + ", ".join(
+        f"{count} {verdict}" for verdict, count in tally.items() if count
+    )
+    summary += f" (band ±{cmp.band:g}%, alpha {cmp.alpha:g} after Holm-Bonferroni)"
+    if outside:
+        summary += "; " + "; ".join(
+            f"{r.label} {r.verdict}"
+            + (f" ({r.change * 100:+.1f}%)" if r.change is not None else "")
+            for r in outside
+        )
+    out += [f"{h}Verdict", "", summary, ""]
+    return "\n".join(out)
+
+
+VERDICTS = ("faster", "slower", "same", "undecided", "failed in this run")
+
+
+def _interval_text(row, timing: str) -> str:
+    """The ratio's 95% interval, in the timing's own direction (samples/s inverts)."""
+    if row.samples is None or row.samples.low is None:
+        return ""
+    low, high = row.samples.low, row.samples.high
+    if timing == "samples_per_s":
+        low, high = 1 / high, 1 / low
+    return f" [{low:.3f}, {high:.3f}]"

@@ -1,0 +1,448 @@
+"""The loader benchmark: how fast a dataset spec's grain pipeline delivers batches, and
+whether that keeps up with the step benchmark's models.
+
+Timing: the first batch is timed from the start (source checks, worker start-up included)
+as first_batch_s; `warmup` batches (the first among them) are not otherwise timed; then
+`steps` batches are, each as the time since the previous one. samples/s is
+steps x batch / the window; p50 and p95 are of the per-batch times. With workers the p50 is
+often a queue read: the loader then shows in the p95. Every row keeps its raw samples (the
+per-batch intervals, one `DataRepeat` per process) and its 95% interval
+(dew.bench.analysis.repeats).
+
+--repeats N measures the configuration in N fresh processes in a row (`python -m
+dew.bench.loader.benchmark_data --child`, a JSON job on stdin, the row on stdout after
+ROW_MARKER), each
+with its own worker start-up; the row's figures are then medians over the N with their
+interval and noise warnings. The step tool interleaves its cases round-robin; this tool
+measures one configuration per invocation, so its rounds are just the N processes one
+after another. With N = 1 it measures in this process, as before.
+
+Before measuring, the idle-host check of the step tool (dew.bench.runtime.idle, --idle-check
+error|warn|off; its readings are the record's idle_check); with repeats, a 1 s reading
+before each repeat after the first marks that repeat `host_busy` when the host was busy.
+Just before every repeat (the one in this process too) the host-speed probe
+(dew.bench.runtime.hostprobe, ~0.3 s) is taken and kept as the repeat's `host_probe_ms`: compare
+holds a change between two records against the host's own drift between them.
+
+A record that cannot be read or decoded stops the run with its index (exit status 2, one
+line on stderr), rather than being skipped: a figure over silently dropped records would
+time less work than it claims.
+
+Everything a user can get wrong is refused in one line (`benchmark_data: error: ...`,
+exit 2) before the measurement: the flags, --json-out (an existing file is replaced only
+with --overwrite, an input never), --against (a step record), and --data.path (a prepared
+directory of the dataset the subcommand names, so a row is never labelled with another
+dataset's name).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Literal
+
+import numpy as np
+import pydantic
+import tyro
+
+from dew.bench.analysis.repeats import DIGITS, summarize_data, with_host_readings
+from dew.bench.common import cli
+from dew.bench.common.cli import UsageError
+from dew.bench.common.files import check_input_file, check_output_file
+from dew.bench.record.schema import (
+    SCHEMA_VERSION,
+    BenchmarkRun,
+    DataRepeat,
+    DataRow,
+    Settings,
+    StepRow,
+    read_run,
+    write_run,
+)
+from dew.bench.runtime import hostprobe
+from dew.bench.runtime.lifeline import exit_with
+from dew.data.pipeline import make_source, open_batches
+from dew.data.spec import DATASETS, DatasetSpec, OxfordFlowers, SyntheticImages
+
+PROG = "benchmark_data"
+ROW_MARKER = "DEW_DATA_ROW "  # prefix of the line a child prints its row on
+NOTICE_MARKER = "DEW_DATA_NOTICE "  # ... a notice (a capped worker count) on
+ERROR_MARKER = "DEW_DATA_ERROR "  # ... and bad input (an unreadable record) on, as JSON
+
+
+def _notice(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def measure_loader(
+    spec: DatasetSpec, batch: int, steps: int, warmup: int, *, notify=_notice
+) -> DataRow:
+    """One DataRow for `spec` (its Loading capped to this machine, with a notice), holding
+    its per-batch intervals as one repeat."""
+    if batch < 1 or steps < 1 or warmup < 0:
+        raise ValueError(
+            f"need batch >= 1, steps >= 1, warmup >= 0; got batch={batch} steps={steps} "
+            f"warmup={warmup}"
+        )
+    spec.check()
+    start = time.perf_counter()
+    source = make_source(spec)
+    loading, notices = spec.loading.capped_to_machine()
+    for notice in notices:
+        notify(notice)
+    spec = spec.model_copy(update={"loading": loading})
+    with open_batches(spec, batch, source=source) as batches:
+        next(batches)
+        first_batch_s = time.perf_counter() - start
+        for _ in range(warmup - 1):
+            next(batches)
+        intervals = np.empty(steps)
+        last = time.perf_counter()
+        for i in range(steps):
+            next(batches)
+            now = time.perf_counter()
+            intervals[i] = now - last
+            last = now
+    samples_per_s = steps * batch / float(intervals.sum())
+    row = DataRow(
+        status="ok",
+        dataset=spec.name,
+        batch=batch,
+        image_size=spec.image_size,
+        workers=loading.workers,
+        threads=loading.threads,
+        steps=steps,
+        warmup=warmup,
+        samples_per_s=samples_per_s,
+        p50_ms=float(np.percentile(intervals, 50) * 1e3),
+        p95_ms=float(np.percentile(intervals, 95) * 1e3),
+        first_batch_s=first_batch_s,
+    )
+    repeat = DataRepeat(
+        samples_per_s=samples_per_s,
+        intervals_ms=[round(float(value) * 1e3, DIGITS) for value in intervals],
+        first_batch_s=first_batch_s,
+    )
+    return summarize_data(row, [repeat])
+
+
+# --- repeats: each a fresh process -------------------------------------------------------------
+
+
+class RepeatFailed(Exception):
+    """A repeat's process died (not bad input): one line, exit 1."""
+
+
+def measure_repeats(args: Args, *, notify=_notice) -> DataRow:
+    """The configuration's row over `args.repeats` processes (this one when 1)."""
+    if args.repeats == 1:
+        probe = hostprobe.measure()
+        row = measure_loader(args.data, args.batch, args.steps, args.warmup, notify=notify)
+        return with_host_readings(row, None, probe)
+    rows = []
+    for index in range(1, args.repeats + 1):
+        busy = _busy(args.idle_check) if index > 1 else None
+        probe = hostprobe.measure()  # after the idle reading, right before the repeat
+        # The notices (capped workers) are the same in every process: shown once.
+        try:
+            row = measure_in_child(args, notify=notify if index == 1 else lambda line: None)
+        except RepeatFailed as error:
+            raise RepeatFailed(f"repeat {index} of {args.repeats}: {error}") from None
+        row = with_host_readings(row, busy, probe)
+        notify(
+            f"repeat {index}/{args.repeats}: {row.samples_per_s:.1f} samples/s, "
+            f"first batch {row.first_batch_s:.2f} s"
+        )
+        rows.append(row)
+    return summarize_data(rows[0], [repeat for row in rows for repeat in row.repeats or []])
+
+
+def _busy(mode: str) -> str | None:
+    """Why the host is busy now (a 1 s reading), or None; never with --idle-check off."""
+    from dew.bench.runtime import idle
+
+    check = None if mode == "off" else idle.sample("warn", window_s=1.0)
+    return None if check is None or check.idle else "; ".join(check.reasons) or "busy"
+
+
+def measure_in_child(args: Args, *, notify=_notice) -> DataRow:
+    """One repeat in a fresh process; its bad input raises UsageError, a crash RepeatFailed."""
+    job = {
+        "dataset": args.data.name,
+        "spec": args.data.model_dump(mode="json"),
+        "batch": args.batch,
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "parent_pid": os.getpid(),
+    }
+    process = subprocess.run(
+        [sys.executable, "-m", "dew.bench.loader.benchmark_data", "--child"],
+        input=json.dumps(job),
+        capture_output=True,
+        text=True,
+    )
+    for line in process.stdout.splitlines():
+        if line.startswith(NOTICE_MARKER):
+            notify(line[len(NOTICE_MARKER) :])
+        elif line.startswith(ERROR_MARKER):
+            raise UsageError(json.loads(line[len(ERROR_MARKER) :]))
+        elif line.startswith(ROW_MARKER):
+            return DataRow.model_validate_json(line[len(ROW_MARKER) :])
+    if process.returncode < 0:
+        error = f"the loader's process died of {signal.Signals(-process.returncode).name}"
+    else:
+        error = f"the loader's process exited {process.returncode}"
+    last = [line for line in process.stderr.splitlines() if line.strip()]
+    raise RepeatFailed(error + (f": {last[-1].strip()[:300]}" if last else ""))
+
+
+def child_main() -> int:
+    """Entry of a repeat's process: a job on stdin, its row on stdout after ROW_MARKER."""
+    job = json.loads(sys.stdin.read())
+    exit_with(job["parent_pid"])
+
+    def emit(marker: str, text: str) -> None:
+        sys.stdout.write("\n" + marker + text + "\n")  # own line, whatever a worker printed
+        sys.stdout.flush()
+
+    spec = DATASETS[job["dataset"]].model_validate(job["spec"])
+    try:
+        row = measure_loader(
+            spec,
+            job["batch"],
+            job["steps"],
+            job["warmup"],
+            notify=lambda line: emit(NOTICE_MARKER, line),
+        )
+    except ValueError as error:  # DataError included: the parent's one line
+        emit(ERROR_MARKER, json.dumps(str(error)))
+        return cli.EXIT_USAGE
+    emit(ROW_MARKER, row.model_dump_json())
+    return cli.EXIT_OK
+
+
+def _spatial(sample: str | None) -> tuple[int, int] | None:
+    """(height, width) of a step row's sample, "64x64x3" or "16x64x64x3" (frames first)."""
+    if not sample or not re.fullmatch(r"\d+(x\d+)+", sample):
+        return None
+    dims = [int(d) for d in sample.split("x")]
+    return (dims[-3], dims[-2]) if len(dims) >= 3 else None
+
+
+def keep_up_verdicts(row: DataRow, step_run: BenchmarkRun) -> list[str]:
+    """One line per step row: does the loader deliver the samples/s this model consumes?
+
+    Compared only at the loader's image size; a video sample (frames first) counts as one
+    sample, as the step table counts it.
+    """
+    lines = []
+    for step in step_run.rows:
+        if not isinstance(step, StepRow):
+            continue
+        name = f"{step.label():<24} {step.sample or '?':>14}"
+        if step.status != "ok" or not step.samples_per_s:
+            lines.append(f"{name}  no samples/s in the step results ({step.status})")
+            continue
+        if _spatial(step.sample) is None:
+            lines.append(f"{name}  not compared: its samples are not images")
+            continue
+        if _spatial(step.sample) != (row.image_size, row.image_size):
+            lines.append(
+                f"{name}  not compared: the loader ran at {row.image_size} px "
+                f"(rerun with --data.image-size to match)"
+            )
+            continue
+        ratio = row.samples_per_s / step.samples_per_s
+        verdict = "keeps up" if ratio >= 1 else "starves the model"
+        lines.append(
+            f"{name}  step {step.samples_per_s:9.1f} samples/s  loader {row.samples_per_s:9.1f}"
+            f" samples/s  {verdict} ({ratio:.2f}x)"
+        )
+    return lines
+
+
+DatasetChoice = (
+    Annotated[OxfordFlowers, tyro.conf.subcommand(OxfordFlowers.name)]
+    | Annotated[SyntheticImages, tyro.conf.subcommand(SyntheticImages.name)]
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Args:
+    """Time a dataset's input pipeline on its own (no model)."""
+
+    data: DatasetChoice
+    batch: int = 8
+    steps: int = 100
+    """timed batches."""
+    warmup: int = 5
+    """batches read before timing (the first is timed apart as first_batch_s)."""
+    json_out: Path | None = None
+    """write the run (schema BenchmarkRun, kind data) here, atomically."""
+    overwrite: bool = False
+    """replace an existing --json-out (else it is refused: a record is never lost)."""
+    against: Path | None = None
+    """a step-benchmark results file: print per architecture whether the loader keeps up."""
+    repeats: int = 1
+    """fresh processes measuring this configuration, one after another; the row is the
+    median over them with its 95% interval (1: this process, no child)."""
+    idle_check: Literal["error", "warn", "off"] = "warn"
+    """sample the host before measuring: refuse (error), warn, or skip the check"""
+
+
+def parse_args(argv: list[str]) -> Args:
+    """tyro's parse of the seed's syntax plus what tyro cannot check; bad input raises
+    cli.UsageError (one line, flags spelled as typed)."""
+    subcommands = [f"data:{name}" for name in DATASETS]
+    for token in argv:  # tyro reports an unknown subcommand as an unrecognized argument
+        if token.startswith("data:") and token not in subcommands:
+            raise UsageError(f"unknown dataset {token!r}; valid: {', '.join(subcommands)}")
+    args = cli.parse(
+        Args, argv, prog="tools/benchmark_data.py", config=(tyro.conf.CascadeSubcommandArgs,)
+    )
+    for name, value, least in (
+        ("batch", args.batch, 1),
+        ("steps", args.steps, 1),
+        ("warmup", args.warmup, 0),
+        ("repeats", args.repeats, 1),
+    ):
+        if value < least:
+            raise UsageError(f"{cli.flag(name)} must be at least {least} (got {value})")
+    try:
+        args.data.check()
+    except ValueError as error:  # the spec's checks name the flag (--data.image-size)
+        raise UsageError(str(error)) from None
+    return args
+
+
+def check_outputs_and_inputs(args: Args) -> BenchmarkRun | None:
+    """Before any measurement: --json-out may be written, --against is a step record.
+    Returns the step record (None without --against); changes nothing."""
+    if args.json_out is not None:
+        check_output_file(
+            args.json_out, flag="--json-out", overwrite=args.overwrite, inputs=(args.against,)
+        )
+    if args.against is None:
+        return None
+    return read_step_record(args.against)
+
+
+def read_step_record(path: Path) -> BenchmarkRun:
+    """The step record --against names, or a UsageError naming the file and the problem."""
+    where = f"--against {path}"
+    check_input_file(path, flag="--against")
+    try:
+        text = path.read_bytes().decode()
+    except UnicodeDecodeError:
+        raise UsageError(f"{where} is not a results record (a binary file, not JSON)") from None
+    except OSError as error:
+        raise UsageError(f"{where}: {cli.one_line(error)}") from None
+    try:
+        json.loads(text)
+    except ValueError as error:
+        raise UsageError(f"{where} is not a results record (not JSON: {error})") from None
+    try:
+        record = read_run(path)
+    except pydantic.ValidationError as error:
+        raise UsageError(f"{where} is not a results record: {cli.one_line(error)}") from None
+    if record.kind != "step":
+        raise UsageError(
+            f"{where} is a {record.kind!r} record (tools/benchmark_{record.kind}.py); "
+            "give a step record (tools/benchmark_step.py --json-out)"
+        )
+    return record
+
+
+def _load_average() -> str:
+    try:
+        one, five, fifteen = os.getloadavg()
+    except OSError:
+        return "load average unavailable"
+    return f"load average at start {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} CPUs"
+
+
+def run(args: Args, argv: list[str]) -> int:
+    """Measure, print, write the record, give the verdict; bad input raises UsageError."""
+    from dew.bench.runtime import idle
+
+    step_run = check_outputs_and_inputs(args)
+    load = _load_average()
+    try:
+        make_source(args.data)  # its directory, shards and split: refused before sampling
+        check = idle.guard(args.idle_check)
+        row = measure_repeats(args)
+    except ValueError as error:  # DataError included: one line naming the file or record
+        raise UsageError(str(error)) from None
+    except idle.HostNotIdle as refusal:  # one line; nothing measured, nothing written
+        cli.say(PROG, str(refusal).removeprefix("error: "))
+        return cli.EXIT_CHANGED
+    except RepeatFailed as error:
+        cli.say(PROG, str(error))
+        return cli.EXIT_CHANGED
+    print(result_line(row, load))
+    for warning in row.warnings:
+        print(f"  warning: {warning}")
+    if args.json_out is not None:
+        write_record(args, argv, row, load, check)
+    if step_run is not None:
+        print(f"does the loader keep up? (against {args.against})")
+        for line in keep_up_verdicts(row, step_run):
+            print("  " + line)
+    return cli.EXIT_OK
+
+
+def result_line(row: DataRow, load: str) -> str:
+    """The row in one line; its 95% interval and the number of repeats when more than one."""
+    speed = f"{row.samples_per_s:.1f} samples/s"
+    if row.repeats and len(row.repeats) > 1 and row.samples_per_s_ci95:
+        low, high = row.samples_per_s_ci95
+        speed += f" [{low:.1f}, {high:.1f}] (median of {len(row.repeats)} repeats)"
+    return (
+        f"{row.dataset} batch {row.batch} at {row.image_size} px, workers {row.workers}, "
+        f"threads {row.threads}: {speed}, p50 {row.p50_ms:.2f} ms, p95 {row.p95_ms:.2f} ms, "
+        f"first batch {row.first_batch_s:.2f} s ({load})"
+    )
+
+
+def write_record(args: Args, argv: list[str], row: DataRow, load: str, check=None) -> None:
+    from dew.bench.record.capture import capture
+
+    record = BenchmarkRun(
+        schema_version=SCHEMA_VERSION,
+        kind="data",
+        created=datetime.now(UTC),
+        command=shlex.join(["tools/benchmark_data.py", *argv]),
+        settings=Settings(
+            repeats=args.repeats,
+            steps=args.steps,
+            warmup=args.warmup,
+            loader=args.data.model_dump(mode="json") | {"name": args.data.name},
+        ),
+        environment=capture(),
+        idle_check=check,
+        rows=[row],
+        note=load,
+    )
+    try:
+        write_run(args.json_out, record)  # atomic: the old file or the new one, never half
+    except OSError as error:  # checked writable before the measurement; a full disk is not
+        raise UsageError(f"--json-out {args.json_out}: {cli.one_line(error)}") from None
+    print(f"wrote {args.json_out}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    return cli.run(PROG, lambda: run(parse_args(argv), argv))
+
+
+if __name__ == "__main__":  # `--child`: one repeat's process (measure_in_child)
+    sys.exit(child_main() if sys.argv[1:] == ["--child"] else main())

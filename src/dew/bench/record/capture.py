@@ -1,0 +1,444 @@
+"""What a run ran on: `capture()` fills a schema.Environment on the host or in a container.
+
+Nothing here initialises a JAX backend: in the step benchmark the parent process captures
+the environment and then starts one child per architecture, and a parent that had touched
+the GPU would hold memory the children need. Devices therefore come from the caller (a
+list of jax devices), from a backend that is already up, or from NVML.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import importlib.util
+import os
+import platform
+import re
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from dew.bench.common.files import REPO_ROOT
+from dew.bench.record.schema import (
+    Code,
+    Container,
+    Devices,
+    Environment,
+    Host,
+    ProcessInfo,
+    Scheduler,
+    is_recordable_env_flag,
+)
+
+GIB = 1024**3
+
+# The packages whose versions decide the numbers; always listed (null when absent).
+CORE_PACKAGES = (
+    "jax",
+    "jaxlib",
+    "flax",
+    "optax",
+    "grain",
+    "array-record",
+    "numpy",
+    "pydantic",
+)
+# The CUDA plugin and its CUDA library wheels: listed only when installed.
+CUDA_PACKAGES = (
+    "jax-cuda12-plugin",
+    "jax-cuda12-pjrt",
+    "jax-cuda13-plugin",
+    "jax-cuda13-pjrt",
+    "nvidia-cuda-runtime-cu12",
+    "nvidia-cudnn-cu12",
+    "nvidia-cuda-runtime",
+    "nvidia-cudnn-cu13",
+)
+# JAX config values that change numerics or memory (or what gets compiled).
+JAX_CONFIG_KEYS = (
+    "jax_platforms",
+    "jax_enable_x64",
+    "jax_default_matmul_precision",
+    "jax_default_prng_impl",
+    "jax_threefry_partitionable",
+    "jax_softmax_custom_jvp",
+    "jax_numpy_dtype_promotion",
+    "jax_use_shardy_partitioner",
+    "jax_memory_fitting_level",
+    "jax_compiler_enable_remat_pass",
+    "jax_enable_pgle",
+    "jax_enable_compilation_cache",
+    "jax_compilation_cache_dir",
+)
+# Build labels a container image passes in when it has no .git.
+COMMIT_VARIABLES = ("DEW_COMMIT", "GIT_COMMIT", "SOURCE_COMMIT")
+DIRTY_VARIABLE = "DEW_DIRTY"
+DIFF_VARIABLE = "DEW_DIFF_SHA256"
+CONTAINER_VARIABLES = {
+    "image_id": "DEW_IMAGE_ID",
+    "base_image_digest": "DEW_BASE_IMAGE_DIGEST",
+    "lock_sha256": "DEW_LOCK_SHA256",
+    "variant": "DEW_VARIANT",
+    "tag": "DEW_IMAGE_TAG",
+    "dockerfile_sha256": "DEW_DOCKERFILE_SHA256",
+    "base_image": "DEW_BASE_IMAGE",
+    "base_suite": "DEW_BASE_SUITE",
+    "base_snapshot": "DEW_BASE_SNAPSHOT",
+    "base_packages": "DEW_BASE_PACKAGES",
+    "base_rebuild": "DEW_BASE_REBUILD",
+}
+
+# What a build argument holds when the build was not told (docker/Dockerfile's default).
+UNSET_LABELS = {"", "unknown"}
+
+
+def _label(environ: Mapping[str, str], name: str) -> str | None:
+    value = environ.get(name)
+    return None if value is None or value.strip().lower() in UNSET_LABELS else value
+
+
+def capture(
+    *,
+    devices: Sequence[Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+    repo: str | os.PathLike | None = None,
+    processes: list[ProcessInfo] | None = None,
+) -> Environment:
+    """The environment of this process.
+
+    devices: jax devices to describe (e.g. `jax.devices()`); by default a backend that is
+    already initialised is asked, else NVML, else the CPU.
+    environ: the variables to take flags and build labels from (default os.environ).
+    """
+    environ = os.environ if environ is None else environ
+    nvml = _Nvml.open()
+    try:
+        return Environment(
+            host=_host(),
+            devices=_devices(devices, nvml, environ),
+            driver_version=nvml.driver_version() if nvml else _smi_driver_version(),
+            cuda_version=_cuda_version(),
+            cudnn_version=_cudnn_version(),
+            container=_container(environ),
+            code=_code(Path(repo) if repo else REPO_ROOT, environ),
+            python=platform.python_version(),
+            packages=_packages(),
+            env_flags=env_flags(environ),
+            jax_config=_jax_config(),
+            processes=processes,
+            scheduler=_scheduler(environ),
+            gpus=_gpus(nvml),
+        )
+    finally:
+        if nvml:
+            nvml.close()
+
+
+def _gpus(nvml: _Nvml | None) -> list[Any] | None:
+    """Every NVIDIA card's settings (dew.telemetry.nvml.gpu_infos); None without NVML."""
+    from dew.bench.record.schema import GpuInfo
+    from dew.telemetry.nvml import gpu_infos
+
+    return None if nvml is None else [GpuInfo(**info) for info in gpu_infos(nvml.nv) or []]
+
+
+def _scheduler(environ: Mapping[str, str]) -> Scheduler | None:
+    """The SLURM job this process runs in (its id names the run in the scheduler's logs)."""
+    if not environ.get("SLURM_JOB_ID"):
+        return None
+    return Scheduler(
+        name="slurm",
+        job_id=environ["SLURM_JOB_ID"],
+        step_id=environ.get("SLURM_STEP_ID"),
+        nodelist=environ.get("SLURM_STEP_NODELIST") or environ.get("SLURM_JOB_NODELIST"),
+    )
+
+
+def env_flags(environ: Mapping[str, str]) -> dict[str, str]:
+    """The allowlisted variables only; anything else (tokens, keys) is never read out."""
+    return {name: environ[name] for name in sorted(environ) if is_recordable_env_flag(name)}
+
+
+# --- host --------------------------------------------------------------------------------
+
+
+def _host() -> Host:
+    try:
+        os_name = platform.freedesktop_os_release().get("PRETTY_NAME")
+    except OSError:
+        os_name = f"{platform.system()} {platform.release()}"
+    return Host(
+        cpu_model=_cpu_model(),
+        logical_cores=psutil.cpu_count(logical=True),
+        physical_cores=psutil.cpu_count(logical=False),
+        memory_gib=round(psutil.virtual_memory().total / GIB, 2),
+        os=os_name,
+        kernel=platform.release(),
+        hostname=socket.gethostname(),
+    )
+
+
+def _cpu_model() -> str | None:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+# --- devices -----------------------------------------------------------------------------
+
+
+class _Nvml:
+    """A thin holder for nvidia-ml-py; `open()` is None when there is no NVIDIA driver."""
+
+    def __init__(self, module: Any):
+        self.nv = module
+
+    @classmethod
+    def open(cls) -> _Nvml | None:
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+        except Exception:  # no library, no driver, no device: all mean "no NVIDIA GPU"
+            return None
+        return cls(pynvml)
+
+    def close(self) -> None:
+        try:
+            self.nv.nvmlShutdown()
+        except Exception:
+            pass
+
+    def driver_version(self) -> str | None:
+        return _text(self.nv.nvmlSystemGetDriverVersion())
+
+    def handles(self) -> list[Any]:
+        return [self.nv.nvmlDeviceGetHandleByIndex(i) for i in range(self.nv.nvmlDeviceGetCount())]
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _devices(devices: Sequence[Any] | None, nvml: _Nvml | None, environ) -> Devices:
+    if devices is None:
+        devices = _initialised_jax_devices()
+    nvml_handles = nvml.handles() if nvml else []
+    # Device memory from NVML: jax's memory_stats() gives the allocator's budget, not the card.
+    nvml_memory = nvml.nv.nvmlDeviceGetMemoryInfo(nvml_handles[0]).total if nvml_handles else None
+    if devices:
+        first = devices[0]
+        on_gpu = first.platform in ("gpu", "cuda")
+        return Devices(
+            platform=first.platform,
+            kind=first.device_kind,
+            count=len(devices),
+            memory_gib=round(nvml_memory / GIB, 2) if nvml_memory and on_gpu else None,
+        )
+    if nvml_handles:
+        return Devices(
+            platform="gpu",
+            kind=_text(nvml.nv.nvmlDeviceGetName(nvml_handles[0])),
+            count=len(nvml_handles),
+            memory_gib=round(nvml_memory / GIB, 2),
+        )
+    # The CPU backend: its device count is what XLA_FLAGS asks for (the simulated mesh).
+    match = re.search(r"--xla_force_host_platform_device_count=(\d+)", environ.get("XLA_FLAGS", ""))
+    return Devices(
+        platform="cpu",
+        kind="cpu",
+        count=int(match.group(1)) if match else 1,
+        memory_gib=None,
+    )
+
+
+def _initialised_jax_devices() -> list[Any] | None:
+    """jax.devices() only when a backend is already up; never start one from here."""
+    if "jax" not in sys.modules:
+        return None
+    try:
+        from jax._src import xla_bridge
+
+        if not xla_bridge._backends:
+            return None
+        import jax
+
+        return list(jax.devices())
+    except Exception:
+        return None
+
+
+def _smi_driver_version() -> str | None:
+    if not shutil.which("nvidia-smi"):
+        return None
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    first = out.strip().splitlines()
+    return first[0].strip() if first else None
+
+
+def _cuda_version() -> str | None:
+    """The CUDA runtime JAX loads (jaxlib's probe), else the runtime wheel's version."""
+    probe = _jaxlib_cuda_probe()
+    if probe is not None:
+        try:
+            return _cuda_int_version(probe.cuda_runtime_get_version())
+        except Exception:
+            pass
+    return _first_version(("nvidia-cuda-runtime-cu12", "nvidia-cuda-runtime"))
+
+
+def _cudnn_version() -> str | None:
+    probe = _jaxlib_cuda_probe()
+    if probe is not None:
+        try:
+            v = probe.cudnn_get_version()  # e.g. 91000 -> 9.10.0
+            return f"{v // 10000}.{v % 10000 // 100}.{v % 100}"
+        except Exception:
+            pass
+    return _first_version(("nvidia-cudnn-cu12", "nvidia-cudnn-cu13"))
+
+
+def _jaxlib_cuda_probe() -> Any:
+    """jaxlib's cuda_versions module when the CUDA plugin is installed (no backend start)."""
+    if importlib.util.find_spec("jax") is None:
+        return None
+    try:
+        from jax._src.lib import cuda_versions
+    except Exception:
+        return None
+    return cuda_versions
+
+
+def _cuda_int_version(v: int) -> str:
+    return f"{v // 1000}.{v % 1000 // 10}"
+
+
+def _first_version(names: Sequence[str]) -> str | None:
+    for name in names:
+        version = _version(name)
+        if version:
+            return version
+    return None
+
+
+# --- container, code, packages -----------------------------------------------------------
+
+
+def _container(environ: Mapping[str, str]) -> Container | None:
+    """Null outside dew's image. Inside, the engine from its marker file, the rest from the
+    image's build labels. A marker file alone does not count: a host that is itself some
+    container (a CI runner, a dev box) runs dew outside any image of ours."""
+    labels = {field: _label(environ, var) for field, var in CONTAINER_VARIABLES.items()}
+    if not (labels["variant"] or labels["image_id"]):
+        return None
+    podman = Path("/run/.containerenv")
+    docker = Path("/.dockerenv")
+    if podman.exists():
+        engine = "podman"
+        info = _containerenv(podman)
+    elif docker.exists():
+        engine, info = "docker", {}
+    elif environ.get("container"):
+        engine, info = environ["container"], {}
+    else:
+        engine, info = "unknown", {}
+    if not labels["image_id"]:
+        labels["image_id"] = info.get("imageid") or info.get("image")
+    if labels["base_packages"] is not None:  # name=version,name=version,...
+        labels["base_packages"] = [item for item in labels["base_packages"].split(",") if item]
+    return Container(engine=engine, **labels)
+
+
+def _containerenv(path: Path) -> dict[str, str]:
+    values = {}
+    try:
+        for line in path.read_text().splitlines():
+            key, sep, value = line.partition("=")
+            if sep:
+                values[key.strip()] = value.strip().strip('"')
+    except OSError:
+        pass
+    return values
+
+
+def _code(repo: Path, environ: Mapping[str, str]) -> Code:
+    commit = _git(repo, "rev-parse", "HEAD")
+    if commit:
+        status = _git(repo, "status", "--porcelain", "--untracked-files=no")
+        diff = _git(repo, "diff", "HEAD", "--binary") if status else None  # as docker/engine.py
+        digest = hashlib.sha256(diff.encode()).hexdigest() if diff else None
+        return Code(commit=commit, dirty=bool(status), source="git", diff_sha256=digest)
+    for var in COMMIT_VARIABLES:
+        if _label(environ, var):
+            dirty = _label(environ, DIRTY_VARIABLE)
+            return Code(
+                commit=environ[var],
+                dirty=None if dirty is None else dirty.lower() in ("1", "true", "yes"),
+                source="label",
+                diff_sha256=_label(environ, DIFF_VARIABLE),
+            )
+    return Code(commit=None, dirty=None, source=None)
+
+
+def _git(repo: Path, *args: str) -> str | None:
+    if not (repo / ".git").exists() or not shutil.which("git"):
+        return None
+    try:
+        result = subprocess.run(
+            ["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=20
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if result.returncode != 0:
+        return None
+    return result.stdout.strip()
+
+
+def _version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _packages() -> dict[str, str | None]:
+    packages = {name: _version(name) for name in CORE_PACKAGES}
+    for name in CUDA_PACKAGES:
+        version = _version(name)
+        if version:
+            packages[name] = version
+    return packages
+
+
+def _jax_config() -> dict[str, Any] | None:
+    if importlib.util.find_spec("jax") is None:
+        return None
+    import jax
+
+    values = {}
+    for key in JAX_CONFIG_KEYS:
+        if key in jax.config.values:
+            value = jax.config.values[key]
+            if not isinstance(value, str | int | float | bool | type(None)):
+                value = str(value)
+            values[key] = value
+    return values

@@ -1,0 +1,190 @@
+"""Where and on what a run ran (host, devices, container, code, packages, flags, GPUs, the
+scheduler) and the idle-host readings taken before measuring."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import pydantic
+from pydantic import Field
+
+from dew.bench.record.schema.base import (
+    ENV_FLAG_PREFIXES,
+    JsonScalar,
+    NonNegFloat,
+    NonNegInt,
+    Record,
+    is_recordable_env_flag,
+)
+
+# --- environment -------------------------------------------------------------------------
+
+
+class Host(Record):
+    cpu_model: str | None
+    logical_cores: NonNegInt | None
+    physical_cores: NonNegInt | None
+    memory_gib: NonNegFloat | None
+    os: str | None = Field(description="operating system and release, e.g. 'Debian GNU/Linux 13'")
+    kernel: str | None
+    hostname: str | None = None
+
+
+class Devices(Record):
+    platform: str | None = Field(description="jax platform: cpu, gpu (cuda/rocm) or tpu")
+    kind: str | None = Field(description="device kind, e.g. 'NVIDIA GeForce RTX 4080'")
+    count: NonNegInt | None
+    memory_gib: NonNegFloat | None = Field(description="memory of one device")
+
+
+class Container(Record):
+    """The stack the run's image was built from, named fully enough to build it again
+    (docker/stacks.py): the commit (Code), the lock, the Dockerfile and the base."""
+
+    engine: str | None = Field(description="docker or podman, with its version")
+    image_id: str | None
+    base_image_digest: str | None
+    lock_sha256: str | None = Field(description="sha256 of the hash lock the image was built from")
+    variant: str | None = Field(default=None, description="the lock: locks/<variant>.txt")
+    tag: str | None = Field(default=None, description="the image's tag")
+    dockerfile_sha256: str | None = Field(default=None, description="sha256 of docker/Dockerfile")
+    base_image: str | None = Field(default=None, description="the base as named to the build")
+    base_suite: str | None = Field(default=None, description="the base's Debian/Ubuntu suite")
+    base_snapshot: str | None = Field(
+        default=None, description="when the archive the base's packages came from was published"
+    )
+    base_packages: list[str] | None = Field(
+        default=None, description="name=version of every package in the base"
+    )
+    base_rebuild: str | None = Field(
+        default=None, description="how to rebuild the base, or why it cannot be rebuilt"
+    )
+
+
+class Code(Record):
+    commit: str | None
+    dirty: bool | None
+    source: Literal["git", "label", "stated"] | None = Field(
+        default=None,
+        description="git: read from the checkout; label: from a build label or variable; "
+        "stated: copied from a published text",
+    )
+    diff_sha256: str | None = Field(
+        default=None, description="sha256 of `git diff HEAD --binary` when dirty"
+    )
+
+
+class ProcessInfo(Record):
+    """One process of a multi-process run (room for the distributed runtime)."""
+
+    process_index: NonNegInt
+    hostname: str | None = None
+    local_device_count: NonNegInt | None = None
+
+
+class Scheduler(Record):
+    """The batch scheduler a multi-process run was started by."""
+
+    name: Literal["slurm"]
+    job_id: str
+    step_id: str | None = None
+    nodelist: str | None = None
+
+
+class GpuInfo(Record):
+    """One NVIDIA card as NVML describes it (the driver is Environment.driver_version)."""
+
+    index: NonNegInt = Field(description="NVML's index (PCI order), not CUDA's ordinal")
+    name: str | None = None
+    uuid: str | None = None
+    vbios: str | None = None
+    persistence_mode: bool | None = None
+    ecc_mode: bool | None = None
+    ecc_volatile_uncorrected: NonNegInt | None = Field(
+        default=None, description="uncorrected ECC errors since the driver loaded"
+    )
+    power_limit_w: NonNegFloat | None = Field(default=None, description="enforced")
+    default_power_limit_w: NonNegFloat | None = None
+    application_sm_clock_mhz: NonNegInt | None = None
+    application_memory_clock_mhz: NonNegInt | None = None
+    max_sm_clock_mhz: NonNegInt | None = None
+    max_memory_clock_mhz: NonNegInt | None = None
+    pcie_generation: NonNegInt | None = Field(default=None, description="current (drops idle)")
+    pcie_width: NonNegInt | None = None
+    pcie_max_generation: NonNegInt | None = None
+    pcie_max_width: NonNegInt | None = None
+    mig_mode: bool | None = None
+    compute_mode: str | None = None
+    unreadable: dict[str, str] | None = Field(
+        default=None, description="field -> NVML's error, for each field left null"
+    )
+
+
+class Environment(Record):
+    host: Host | None
+    devices: Devices | None
+    driver_version: str | None
+    cuda_version: str | None
+    cudnn_version: str | None
+    container: Container | None = Field(description="null when run on the host")
+    code: Code | None
+    python: str | None
+    packages: dict[str, str | None] | None = Field(
+        description="distribution name -> version (jax, jaxlib, the CUDA plugin, flax, ...)"
+    )
+    env_flags: dict[str, str] | None = Field(
+        description="every JAX_*, XLA_*, NCCL_*, CUDA_*, TF_* variable that was set"
+    )
+    jax_config: dict[str, JsonScalar] | None = Field(
+        description="JAX config values that change numerics or memory"
+    )
+    processes: list[ProcessInfo] | None = None
+    scheduler: Scheduler | None = None
+    gpus: list[GpuInfo] | None = Field(default=None, description="NVIDIA cards (NVML)")
+
+    @pydantic.field_validator("env_flags")
+    @classmethod
+    def _only_allowlisted_flags(cls, flags: dict[str, str] | None) -> dict[str, str] | None:
+        for name in flags or {}:
+            if not is_recordable_env_flag(name):
+                raise ValueError(
+                    f"environment variable {name!r} may not be recorded; only names starting "
+                    f"with {', '.join(ENV_FLAG_PREFIXES)} that do not look like credentials"
+                )
+        return flags
+
+
+# --- idle-host check ---------------------------------------------------------------------
+
+
+class ProcessReading(Record):
+    pid: NonNegInt
+    name: str
+    cpu_percent: NonNegFloat = Field(description="percent of one core, as psutil reports it")
+
+
+class GpuReading(Record):
+    index: NonNegInt
+    util_percent: NonNegFloat | None
+    memory_used_gib: NonNegFloat | None
+    foreign_processes: list[ProcessReading] = Field(
+        default_factory=list, description="compute processes on the GPU other than ours"
+    )
+
+
+class IdleCheck(Record):
+    mode: Literal["error", "warn", "off"] | None = Field(
+        description="null in a published record whose text states the host's state"
+    )
+    idle: bool | None = Field(description="null when the check did not run (mode off)")
+    window_s: NonNegFloat | None
+    cpu_percent: NonNegFloat | None = Field(description="whole host, 0-100, during the window")
+    others_cpu_percent: NonNegFloat | None = Field(
+        description="sum over processes other than this one and its children, in cores x 100"
+    )
+    logical_cores: NonNegInt | None
+    load_avg_1m: NonNegFloat | None
+    busiest: list[ProcessReading] = Field(default_factory=list)
+    gpus: list[GpuReading] | None = None
+    reasons: list[str] = Field(default_factory=list, description="why the host is not idle")
+    note: str | None = None

@@ -1,0 +1,198 @@
+"""Validate result records: `python -m dew.bench.record.validate FILES...`.
+
+Each good file prints `FILE: ok (...)` on stdout. An invalid record prints one line per
+error on stderr, `FILE: $.json.path: message`. A file that is not a record at all (missing,
+a directory, binary, not JSON, JSON but not an object) prints one line,
+`python -m dew.bench.record.validate: error: FILE: problem`, and the next file is still checked.
+
+Exit codes (dew.bench.common.cli's, the worst file decides):
+    0  every file is a valid record
+    1  some record is invalid: it breaks the schema, or it has no rows (a record without
+       rows holds no result, whatever else it says)
+    2  bad input: a file that cannot be read as a JSON object, or a bad command line
+
+Imports the schema and the stdlib-only cli helpers, no jax: a record validates anywhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import pydantic
+import tyro
+
+from dew.bench.common import cli
+from dew.bench.common.cli import UsageError
+from dew.bench.record.schema import BenchmarkRun
+
+PROG = "python -m dew.bench.record.validate"
+
+# Segments pydantic adds to an error's location for the member of a union it tried; they
+# are not part of the document's path.
+_UNION_LABELS = {"step", "data", "datetime", "date", "str", "int", "float", "bool", "none"}
+NO_ROWS = "$.rows: the record has no rows, so it holds no result"
+
+
+def json_path(loc: tuple) -> str:
+    path = "$"
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return path
+
+
+def _split_loc(loc: tuple) -> tuple[tuple, str | None]:
+    """The document path of an error and the union member label, if any."""
+    parts, label = [], None
+    for i, part in enumerate(loc):
+        is_tag = part in ("step", "data") and i > 0 and isinstance(loc[i - 1], int)
+        if isinstance(part, str) and (
+            is_tag or part in _UNION_LABELS - {"step", "data"} or "[" in part
+        ):
+            label = part
+            continue
+        parts.append(part)
+    return tuple(parts), label
+
+
+def _shown(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def describe_errors(error: pydantic.ValidationError) -> list[str]:
+    """`$.path: message` lines, one per problem (a union's alternatives merged into one)."""
+    grouped: dict[tuple, list[dict]] = {}
+    for item in error.errors(include_url=False):
+        path, label = _split_loc(item["loc"])
+        grouped.setdefault(path, []).append({**item, "label": label})
+    lines = []
+    for path, items in grouped.items():
+        labels = [i["label"] for i in items if i["label"] and i["label"] not in ("step", "data")]
+        if len(items) > 1 and len(labels) == len(items):
+            expected = ", ".join(labels[:-1]) + " or " + labels[-1]
+            message = f"not a valid {expected}"
+        else:
+            message = "; ".join(i["msg"].removeprefix("Value error, ") for i in items)
+        first = items[0]
+        if first["type"] != "missing" and not isinstance(first.get("input"), dict | list):
+            message += f" (got {_shown(first.get('input'))})"
+        lines.append(f"{json_path(path)}: {message}")
+    return lines
+
+
+def _json_kind(value) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    return {list: "a list", str: "a string"}.get(type(value), "a number")
+
+
+def read_json_object(path: Path, role: str = "") -> str:
+    """The text of `path` when it holds a JSON object; else UsageError, one line naming the
+    file (`role`, e.g. "RUN", goes before the path) and what it is instead."""
+    name = f"{role} {path}" if role else str(path)
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise UsageError(f"{name}: no such file") from None
+    except IsADirectoryError:
+        raise UsageError(f"{name} is a directory; give a record file") from None
+    except OSError as error:
+        raise UsageError(f"{name}: cannot read: {error.strerror or error}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise UsageError(
+            f"{name} is not a text file (byte {data[error.start]:#04x} at offset "
+            f"{error.start} is not UTF-8); give a JSON record"
+        ) from None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise UsageError(
+            f"{name}: not JSON: {error.msg} at line {error.lineno} column {error.colno}"
+        ) from None
+    except RecursionError:
+        raise UsageError(f"{name}: not JSON this reader can take: nested too deeply") from None
+    if not isinstance(value, dict):
+        kind = _json_kind(value)
+        raise UsageError(f"{name}: not a results record: the JSON is {kind}, not an object")
+    return text
+
+
+def check_file(path: Path, role: str = "") -> tuple[BenchmarkRun | None, list[str]]:
+    """The record and no errors, or None and the error lines (without the file name).
+
+    Raises UsageError (one line, naming the file) when the file is no JSON object at all:
+    that is bad input, not an invalid record."""
+    text = read_json_object(path, role)
+    try:
+        record = BenchmarkRun.model_validate_json(text)
+    except pydantic.ValidationError as e:
+        return None, describe_errors(e)
+    if not record.rows:
+        return None, [NO_ROWS]
+    return record, []
+
+
+def load(path: Path, role: str = "") -> BenchmarkRun:
+    """A valid record, or UsageError: one line naming the file and its first problem."""
+    record, errors = check_file(path, role)
+    if errors:
+        name = f"{role} {path}" if role else str(path)
+        more = f" (+{len(errors) - 1} more; {PROG} {path} lists them)" if errors[1:] else ""
+        raise UsageError(f"{name}: {errors[0]}{more}")
+    return record
+
+
+@dataclasses.dataclass
+class Args:
+    """Validate result records against dew's schema (results/schema). Exit 0: all valid;
+    1: a record is invalid or has no rows; 2: a file is not a JSON object, or bad flags."""
+
+    files: Annotated[tuple[str, ...], tyro.conf.Positional, tyro.conf.arg(metavar="FILE")]
+    """the record files to check"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    return cli.run(PROG, lambda: _validate(sys.argv[1:] if argv is None else list(argv)))
+
+
+def _validate(argv: list[str]) -> int:
+    args = cli.parse(Args, argv, prog=PROG)
+    if not args.files:
+        raise UsageError("missing FILE: give one or more record files")
+    invalid = unreadable = 0
+    for name in args.files:
+        path = Path(name)
+        try:
+            run, errors = check_file(path)
+        except UsageError as error:
+            unreadable += 1
+            cli.say(PROG, cli.one_line(error))
+            continue
+        if errors:
+            invalid += 1
+            for line in errors:
+                print(f"{path}: {line}", file=sys.stderr)
+        else:
+            failed = sum(row.status == "failed" for row in run.rows)
+            print(f"{path}: ok ({run.kind} run, {len(run.rows)} rows, {failed} failed)")
+    if len(args.files) > 1 and (invalid or unreadable):
+        print(
+            f"{invalid + unreadable} of {len(args.files)} files invalid"
+            + (f" ({unreadable} not a JSON record)" if unreadable else ""),
+            file=sys.stderr,
+        )
+    if unreadable:
+        return cli.EXIT_USAGE
+    return cli.EXIT_CHANGED if invalid else cli.EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,244 @@
+"""tools/benchmark_step.py: the step benchmark's command line.
+
+    python tools/benchmark_step.py --preset small --architectures unet --json-out bench.json
+
+Parse (tyro, through dew.bench.common.cli) -> the cases (dew.bench.sweep.presets) -> every check
+that
+concerns the whole run, before any case starts (dew.bench.sweep.preflight) -> the run
+(dew.bench.sweep.run) -> the table (dew.bench.analysis.tables). Exit 0: every case ok; 1: a case
+failed; 2: bad input.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import shlex
+import sys
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from dew.bench.common import cli
+from dew.bench.common.files import check_output_dir, check_output_file
+from dew.bench.runtime import hostprobe
+from dew.bench.sweep import allocator, presets
+from dew.bench.sweep.settings import CACHE_OFF, Options, append_xla_flags
+
+PROG = "benchmark_step"
+
+
+@dataclasses.dataclass(frozen=True)
+class Args(Options):
+    """Time one compiled training step per architecture: ms/step, p10/p50/p90, GFLOP/step,
+    util, peak memory, compile seconds. Exit 0: every case ok; 1: some failed; 2: usage."""
+
+    architectures: tuple[str, ...] | None = None
+    """run only the preset's cases of these architectures"""
+    cases: str | None = None
+    """JSON list of objects of Case fields replacing the preset's cases, e.g.
+    '[{"architecture": "causal_transformer", "head_chunks": 1}]'"""
+    mesh: str | None = None  # type: ignore[assignment]  # JSON on the command line
+    """JSON object of MeshSpec fields (data, fsdp, min_shard_size); default: the preset's"""
+    json_out: str | None = None
+    """the run's record, rewritten atomically after every row; an existing file needs
+    --resume or --overwrite"""
+    resume: bool = False
+    """continue --json-out: keep its rows, run only the cases not ok in it yet"""
+    overwrite: bool = False
+    """replace an existing --json-out"""
+    format: Literal["tsv", "md"] = "tsv"
+    """the table on stdout: the seed's tab-separated layout or Markdown"""
+    idle_check: Literal["error", "warn", "off"] = "warn"
+    """sample the host before measuring: refuse (error), warn, or skip the check"""
+
+
+def options_from(args: Args) -> tuple[Options, tuple[presets.Case, ...]]:
+    """The run's Options and cases; what tyro cannot check raises UsageError."""
+    if args.steps < 1:
+        raise cli.UsageError(f"--steps must be at least 1 (got {args.steps})")
+    if args.repeats < 1:
+        raise cli.UsageError(f"--repeats must be at least 1 (got {args.repeats})")
+    if args.warmup < 0:
+        raise cli.UsageError(f"--warmup must be at least 0 (got {args.warmup})")
+    if args.compile_jobs is not None and args.compile_jobs < 1:
+        raise cli.UsageError(
+            f"--compile-jobs {args.compile_jobs} is not a number of parallel compiles; "
+            "give 1 or more (1: each case compiled just before it is timed)"
+        )
+    if args.compile_jobs not in (None, 1) and not args.isolate:
+        raise cli.UsageError(
+            f"--compile-jobs {args.compile_jobs} needs each case in its own process; "
+            "--no-isolate runs them all in this one"
+        )
+    if args.allocator == "tcmalloc" and not args.isolate:
+        raise cli.UsageError(
+            "--allocator tcmalloc is preloaded into each case's own process; "
+            "--no-isolate runs them all in this one"
+        )
+    if args.resume and not args.json_out:
+        raise cli.UsageError("--resume needs --json-out (the record to continue)")
+    if args.resume and args.overwrite:
+        raise cli.UsageError("--resume and --overwrite exclude each other")
+    try:
+        cases = presets.resolve(args.preset, args.architectures, args.cases)
+    except ValueError as error:
+        raise cli.UsageError(str(error)) from None
+    mesh = dict(presets.get(args.preset).mesh)
+    if args.mesh is not None:
+        mesh.update(mesh_fields(args.mesh))
+    shared = {field.name: getattr(args, field.name) for field in dataclasses.fields(Options)}
+    return Options(**{**shared, "mesh": mesh}), cases
+
+
+def mesh_fields(text: str) -> dict[str, Any]:
+    import pydantic
+
+    from dew.train.mesh import MeshSpec
+
+    try:
+        fields = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise cli.UsageError(f"--mesh is not valid JSON: {error}") from None
+    valid = ", ".join(MeshSpec.model_fields)
+    if not isinstance(fields, dict):
+        raise cli.UsageError(
+            f"--mesh must be a JSON object of MeshSpec fields ({valid}); got {text}"
+        )
+    for name in fields:
+        if name not in MeshSpec.model_fields:
+            raise cli.UsageError(f"--mesh: unknown MeshSpec field {name!r}; valid: {valid}")
+    try:
+        MeshSpec(**fields)
+    except pydantic.ValidationError as error:
+        raise cli.UsageError(f"--mesh: {cli.one_line(error)}") from None
+    return fields
+
+
+def compile_jobs(options: Options, platform: str, cases: int) -> tuple[Options, list[str]]:
+    """--compile-jobs resolved for this host (dew.bench.sweep.waves), with a warning when it is
+    not the platform's default for a reason the user should hear."""
+    warnings = []
+    jobs = options.compile_jobs
+    if not options.isolate:
+        jobs = 1
+    elif jobs is None:
+        jobs = min(hostprobe.cores(), max(cases, 1)) if platform == "cpu" else 1
+    elif jobs > 1 and platform != "cpu":
+        warnings.append(
+            f"--compile-jobs {jobs} on {platform}: the compiles autotune concurrently on "
+            "the one device (kernel choices may differ from a serial compile) and every "
+            "waiting case holds device memory; this was never measured on a GPU"
+        )
+    return dataclasses.replace(options, compile_jobs=jobs), warnings
+
+
+def malloc(options: Options, platform: str | None) -> Options:
+    """--allocator resolved (dew.bench.sweep.allocator): tcmalloc goes into LD_PRELOAD, which
+    the case processes inherit and the record's environment flags keep; a run whose cases
+    share this process (--no-isolate, a cluster: platform None) keeps the system's."""
+    if platform is None and options.allocator == "tcmalloc":
+        raise cli.UsageError(
+            "--allocator tcmalloc: a multi-process run times the cases in the processes "
+            "that joined the cluster; start those with LD_PRELOAD set instead"
+        )
+    library = None
+    if options.isolate and platform is not None:
+        try:
+            library = allocator.resolve(options.allocator, platform)
+        except ValueError as error:
+            raise cli.UsageError(str(error)) from None
+    if library is not None:
+        allocator.preload(os.environ, library)
+    return dataclasses.replace(options, allocator="tcmalloc" if library else "system")
+
+
+def check_outputs(args: Args) -> None:
+    """Every path the run writes, before any work."""
+    if args.json_out:
+        check_output_file(
+            args.json_out,
+            flag="--json-out",
+            overwrite=args.overwrite,
+            resume=args.resume,
+            may_resume=True,
+        )
+    if args.profile_dir:
+        check_output_dir(args.profile_dir, flag="--profile-dir")
+    if args.compilation_cache_dir and args.compilation_cache_dir != CACHE_OFF:
+        check_output_dir(args.compilation_cache_dir, flag="--compilation-cache-dir")
+
+
+def log(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The CLI: parse, check, run every case, print the table; returns the exit code."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    return cli.run(PROG, lambda: _main(argv))
+
+
+def _main(argv: list[str]) -> int:
+    from dew.bench.analysis import tables as report
+    from dew.bench.runtime.idle import HostNotIdle
+    from dew.bench.runtime.progress import Progress
+    from dew.bench.sweep import preflight
+    from dew.bench.sweep import run as step
+    from dew.train import distributed
+
+    args = cli.parse(Args, argv, prog="tools/benchmark_step.py")
+    options, cases = options_from(args)
+    check_outputs(args)
+    preflight.check_cases(cases, options.preset)
+    warnings: list[str] = []
+    try:
+        in_cluster = distributed.detect() is not None
+    except distributed.DistributedSetupError as error:
+        raise cli.UsageError(str(error)) from None
+    platform = None  # a cluster's devices are known only once it is joined
+    if not in_cluster:
+        devices, warnings = preflight.prepare_environment(options, cases, log)
+        platform = devices.platform
+        options, more = compile_jobs(options, platform, len(cases))
+        warnings += more
+    options = malloc(options, platform)
+    if not options.isolate and options.xla_flags:
+        # In-process cases: XLA reads its flags when the backend starts, which is later.
+        append_xla_flags(os.environ, options.xla_flags)
+    try:  # join the cluster the environment describes, before the backend starts
+        cluster = distributed.initialize()
+    except distributed.DistributedSetupError as error:
+        raise cli.UsageError(str(error)) from None
+    if cluster is not None:
+        # A child per case cannot rejoin the runtime: cases run in the processes that joined.
+        if options.isolate and options.xla_flags:
+            append_xla_flags(os.environ, options.xla_flags)
+        options = dataclasses.replace(options, isolate=False, compile_jobs=1)
+    for line in warnings:
+        log(f"warning: {line}")
+    leader = distributed.process_index() == 0
+    # Only process 0 of a multi-process run draws; the others write nothing.
+    progress = Progress([case.label() for case in cases]) if leader else None
+    try:
+        with progress or contextlib.nullcontext():
+            record = step.run(
+                options,
+                cases,
+                json_out=args.json_out,
+                resume=args.resume,
+                command=shlex.join(["python", "tools/benchmark_step.py", *argv]),
+                idle_check=args.idle_check,
+                warnings=warnings,
+                log=progress.note if progress else log,
+                progress=progress,
+            )
+    except HostNotIdle as refusal:  # its text begins "error: ", which say() writes itself
+        cli.say(PROG, str(refusal).removeprefix("error: "))
+        return cli.EXIT_CHANGED
+    if leader:  # process 0 prints the table for the run
+        rows = [row for row in record.rows if row.key() in {case.key() for case in cases}]
+        print(report.step_table(rows, args.format, compile_only=options.compile_only), end="")
+        print(report.phase_totals(rows, args.format), end="")
+    return step.exit_code(record, cases)

@@ -1,0 +1,356 @@
+"""One case of the step benchmark, in this process: build, compile, time, one row.
+
+preset case -> its model config -> Trainer -> ahead-of-time compile (timed) -> FLOPs from
+the optimized HLO (dew.telemetry; the custom calls it could not count, with their number)
+-> init -> dev.bench.timing's windows -> the GPU window (below) -> allocator peak -> one
+`StepRow`. Whatever was measured before a failure stays in the row (`figures`).
+
+The GPU window: on NVIDIA GPUs, after the timed windows, one more synced window with
+dew.telemetry.nvml's sampler running (clocks, temperature, power, clocks-event reasons)
+and the energy counter read at its ends. It runs `steps` steps, more when those take under
+MIN_ENERGY_WINDOW_S (the row says so), so the timed figures never run beside the sampler
+and the row shows the synced step time without it (p50_ms) and with it (gpu.p50_ms).
+--gpu-check decides what a card that slowed itself down does to the row.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from dew.bench.analysis.repeats import step_repeat
+from dew.bench.common.cli import one_line
+from dew.bench.record.schema import GpuTelemetry, GpuWindow, StepRow
+from dew.bench.runtime.phases import PhaseClock
+from dew.bench.sweep.presets import Case
+from dew.bench.sweep.settings import CACHE_OFF, Options
+from dew.bench.sweep.timing import block, percentiles, time_steps
+
+GIB = 1024**3
+LM_OBJECTIVES = ("lm", "block_diffusion")  # cases whose samples are token sequences
+PROFILE_STEPS = 3  # extra steps traced with --profile-dir, after the timed windows
+MIN_ENERGY_WINDOW_S = 1.0  # the energy counter moves in steps of ~10-100 ms: 1 s at least
+SAMPLE_INTERVAL_S = 0.05  # 20 readings a second of every card
+
+
+@dataclasses.dataclass
+class Prepared:
+    """A case built and compiled, ready to step."""
+
+    case: Case
+    trainer: Any
+    state: Any
+    batch: Any
+    figures: dict[str, Any]  # row fields known after the compile
+    tokens_per_sample: int | None
+
+
+def model_config(case: Case, preset: str):
+    """The case's model config: the config class's preset named like the benchmark preset,
+    with the case's settings. The Trainer applies dtype and attention_impl itself."""
+    from dew.models import registry
+
+    config_cls = registry.get(case.architecture).config_cls
+    return config_cls.preset(preset, **case.model_overrides(config_cls.model_fields))
+
+
+def sample_label(config) -> str:
+    """The table's sample column: "64x64x3", "8x64x64x3" or "512 tokens"."""
+    if config.seq_len is not None:
+        return f"{config.seq_len} tokens"
+    from dew.train.objectives import sample_shape
+
+    return "x".join(str(n) for n in sample_shape(config))
+
+
+def prepare(
+    case: Case, options: Options, figures: dict[str, Any], clock: PhaseClock | None = None
+) -> Prepared:
+    """Build the Trainer for a case and compile its step; fills `figures` as it learns them
+    (so a failure later in the case still reports what was measured) and times each phase
+    on `clock`."""
+    from dew.telemetry.instrumentation import compiled_flop_count, cost_analysis_flops
+    from dew.telemetry.memory import compiler_memory
+    from dew.train.mesh import MeshSpec
+    from dew.train.trainer import DEFAULT_CACHE, Trainer
+
+    clock = clock or PhaseClock()
+    with clock.phase("trace_lower"):
+        config = model_config(case, options.preset)
+        figures["sample"] = sample_label(config)
+        figures["batch"] = case.batch
+        # Repeats are fresh compiles (XLA may choose differently each time) unless the user
+        # named a cache: then they share one executable, as the user asked.
+        cache = options.compilation_cache_dir or (
+            CACHE_OFF if options.repeats > 1 else DEFAULT_CACHE
+        )
+        trainer = Trainer(
+            case.architecture,
+            config,
+            preset=options.preset,
+            dtype=options.dtype,
+            mesh=MeshSpec(**options.mesh),
+            condition_in_state=bool(case.condition_in_state),
+            compilation_cache_dir=None if cache == CACHE_OFF else cache,
+            attention_impl=case.attention_impl or options.attention_impl or "xla",
+        )
+        counts = trainer.param_counts
+        figures["params"] = counts["backbone"] + counts["condition"]
+        figures["condition_params"] = counts["condition"]
+        host_batch = trainer.example_batch(case.batch)
+        lowered = trainer.lower(host_batch)
+    began, start = time.time(), time.perf_counter()
+    compiled = trainer.compile_lowered(lowered)
+    seconds = time.perf_counter() - start
+    clock.add("load" if trainer.loaded_from_cache else "compile", began, seconds)
+    figures["compile_s"] = trainer.compile_seconds  # the real compile's (whole s from the cache)
+    figures["load_s"] = trainer.load_seconds
+    with clock.phase("flop_count"):
+        figures.update(flop_figures(compiled_flop_count(compiled)))  # Trainer.flops reads it
+        cost = cost_analysis_flops(compiled)
+        figures["cost_analysis_gflop"] = cost / 1e9 if cost is not None else None
+        peak = compiler_memory(compiled)["peak_bytes"]
+        figures["compiler_peak_gib"] = peak / GIB if peak is not None else None
+    tokens = config.seq_len if config.objective in LM_OBJECTIVES else None
+    if options.compile_only:
+        return Prepared(case, trainer, None, None, figures, tokens)
+    with clock.phase("init"):
+        state, batch = block((trainer.init(), trainer.put_batch(host_batch)))
+    return Prepared(case, trainer, state, batch, figures, tokens)
+
+
+def flop_figures(count) -> dict[str, Any]:
+    """The row's FLOP fields from a dew.telemetry FlopCount: GFLOP/step and, never silently
+    zero, each custom-call target the count could not count with its executions per step."""
+    return {
+        "gflop_per_step": count.total / 1e9,
+        "uncounted_custom_calls": dict(count.unknown_custom_call_counts),
+    }
+
+
+def measure(
+    prepared: Prepared, options: Options, figures: dict[str, Any], clock: PhaseClock | None = None
+) -> dict[str, Any]:
+    """Time a prepared case and return the row's measured fields (merged into `figures`);
+    its phases (warmup, timed, GPU window, profile) go on `clock`."""
+    import jax
+
+    from dew.telemetry.instrumentation import mfu
+    from dew.telemetry.memory import peak_bytes_in_use
+
+    clock = clock or PhaseClock()
+    state, metrics, timings = time_steps(
+        prepared.trainer.step,
+        prepared.state,
+        prepared.batch,
+        steps=options.steps,
+        warmup=options.warmup,
+        clock=clock,
+    )
+    batch = prepared.case.batch
+    step_s = timings.ms_per_step / 1e3
+    figures["ms_per_step"] = timings.ms_per_step
+    figures.update(timings.percentiles())
+    repeat = step_repeat(timings.ms_per_step, timings.synced_ms, figures.get("compile_s"))
+    figures["repeats"] = [repeat.model_dump()]
+    figures["samples_per_s"] = batch / step_s
+    if prepared.tokens_per_sample:
+        figures["tokens_per_s"] = batch * prepared.tokens_per_sample / step_s
+    devices = list(prepared.trainer.mesh.devices.flat)
+    flops = figures.get("gflop_per_step")  # per device, like the peak it is divided by
+    kind = devices[0].device_kind
+    figures["util"] = mfu(flops * 1e9 if flops is not None else None, step_s, kind)
+    local = [d for d in devices if d.process_index == jax.process_index()]
+    peaks = [peak_bytes_in_use(d) for d in local]
+    figures["peak_gib"] = max(peaks) / GIB if None not in peaks else None
+    began, start = time.time(), time.perf_counter()
+    state, figures["gpu"] = gpu_window(prepared, state, options, local)
+    if figures["gpu"].window_steps:  # a window ran (an NVIDIA GPU)
+        clock.add("gpu_window", began, time.perf_counter() - start)
+    loss = float(metrics["train/loss"])
+    figures["loss"] = loss if math.isfinite(loss) else None
+    figures["loss_finite"] = math.isfinite(loss)
+    if not math.isfinite(loss):  # the timing stands; the row says the model diverged
+        figures["note"] = f"the final loss is {loss}"
+
+    if options.profile_dir:
+        directory = Path(options.profile_dir) / profile_name(prepared.case)
+        with clock.phase("profile"), jax.profiler.trace(str(directory)):
+            for _ in range(PROFILE_STEPS):
+                state, metrics = prepared.trainer.step(state, prepared.batch)
+            block((state, metrics))
+    prepared.state = state
+    return figures
+
+
+def gpu_window(
+    prepared: Prepared, state: Any, options: Options, devices: Sequence[Any]
+) -> tuple[Any, GpuTelemetry]:
+    """The GPU window (module docstring): the state after it and the row's `gpu`. Off an
+    NVIDIA GPU, or with --gpu-check off, no step runs and every figure is null, with why."""
+    from dew.telemetry import nvml
+
+    mode = options.gpu_check
+    platform = devices[0].platform if devices else "none"
+    if mode == "off":
+        return state, GpuTelemetry(check=mode, note="GPU readings turned off (--gpu-check off)")
+    if platform not in ("gpu", "cuda"):
+        return state, GpuTelemetry(check=mode, note=f"no NVIDIA GPU: platform {platform}")
+    nv, why = nvml.open_nvml()
+    if nv is None:
+        return state, GpuTelemetry(check=mode, note=f"no NVIDIA GPU: {why}")
+    try:
+        handles, uuids = nvml.cards(nv)
+        visible, why = nvml.visible_indices(os.environ.get("CUDA_VISIBLE_DEVICES"), uuids)
+        ordinals = [_ordinal(d) for d in devices]
+        if visible is None or any(o is None or o >= len(visible) for o in ordinals):
+            why = why or f"devices {ordinals} are not among CUDA's {visible}"
+            return state, GpuTelemetry(check=mode, note=f"cannot tell which card is which: {why}")
+        indices = [visible[o] for o in ordinals]
+        sampler = nvml.WindowSampler(nv, [handles[i] for i in indices], SAMPLE_INTERVAL_S)
+        state, synced = _sampled_steps(prepared, state, options.steps, sampler)
+        windows = sampler.windows(len(synced), prepared.case.batch)
+    finally:
+        nvml.close_nvml(nv)
+    telemetry = gpu_telemetry(
+        mode,
+        indices,
+        [uuids[i] for i in indices],
+        windows,
+        synced,
+        options.steps,
+        batch=prepared.case.batch,
+        window_s=sampler.window_s,
+    )
+    return state, telemetry
+
+
+def _sampled_steps(prepared: Prepared, state: Any, steps: int, sampler) -> tuple[Any, list]:
+    """Synced steps with the sampler running: `steps`, and more until the window spans
+    MIN_ENERGY_WINDOW_S. Returns the state and each step's ms."""
+    synced: list[float] = []
+    sampler.start()
+    try:
+        began = time.perf_counter()
+        while len(synced) < steps or time.perf_counter() - began < MIN_ENERGY_WINDOW_S:
+            start = time.perf_counter()
+            state, metrics = prepared.trainer.step(state, prepared.batch)
+            block((state, metrics))
+            synced.append((time.perf_counter() - start) * 1e3)
+    finally:
+        sampler.stop()
+    return state, synced
+
+
+def _ordinal(device: Any) -> int | None:
+    """The CUDA ordinal of a jax GPU device (its index among the visible devices)."""
+    ordinal = getattr(device, "local_hardware_id", None)
+    return device.id if ordinal is None else ordinal
+
+
+def gpu_telemetry(
+    mode: str,
+    indices: Sequence[int],
+    uuids: Sequence[str | None],
+    windows: Sequence[dict[str, Any]],
+    synced_ms: Sequence[float],
+    steps: int,
+    *,
+    batch: int | None,
+    window_s: float,
+) -> GpuTelemetry:
+    """The row's `gpu` from every card's summary (dew.telemetry.nvml.summarize)."""
+    from dew.telemetry.nvml import slowdowns
+
+    cards = [
+        GpuWindow(index=index, uuid=uuid, **window)
+        for index, uuid, window in zip(indices, uuids, windows, strict=True)
+    ]
+    per_step = [card.joules_per_step for card in cards]
+    joules = sum(per_step) if cards and None not in per_step else None  # type: ignore[arg-type]
+    watts = [card.energy_watts for card in cards]
+    seen = [
+        f"GPU {card.index}: {reason}"
+        for card in cards
+        for reason in slowdowns(card.clocks_event_reasons or [])
+    ]
+    note = None
+    if len(synced_ms) > steps:
+        note = (
+            f"window lengthened from {steps} to {len(synced_ms)} synced steps to span "
+            f"{MIN_ENERGY_WINDOW_S:g} s for the energy counter"
+        )
+    return GpuTelemetry(
+        check=mode,
+        window_steps=len(synced_ms),
+        window_s=round(window_s, 4),
+        interval_s=SAMPLE_INTERVAL_S,
+        p50_ms=percentiles(synced_ms)["p50_ms"] if synced_ms else None,
+        gpus=cards,
+        joules_per_step=joules,
+        samples_per_kj=batch / joules * 1e3 if joules and batch else None,
+        mean_watts=sum(watts) if cards and None not in watts else None,  # type: ignore[arg-type]
+        slowdowns=seen,
+        note=note,
+    )
+
+
+def gpu_verdict(telemetry: GpuTelemetry | None) -> str | None:
+    """The error that fails a row under --gpu-check error, or None (the gate)."""
+    if telemetry is None or telemetry.check != "error" or not telemetry.slowdowns:
+        return None
+    return (
+        f"the GPU slowed itself down during the GPU window ({'; '.join(telemetry.slowdowns)}); "
+        "its times measure the card's state: rerun on a cool GPU, or pass --gpu-check warn "
+        "to keep the row with a warning"
+    )
+
+
+def run_case(
+    case: Case,
+    options: Options,
+    on_compiled: Callable[[dict[str, Any]], None] | None = None,
+    clock: PhaseClock | None = None,
+) -> StepRow:
+    """One case in this process: a row, `ok` or `failed` with a one-line error.
+
+    `on_compiled(figures)` is called once the step is compiled and the state initialised,
+    with what is known then; it may block (a child waits there for its turn to be timed).
+    The row's repeat carries the phases timed on `clock`.
+    """
+    figures: dict[str, Any] = {}
+    clock = clock or PhaseClock()
+    try:
+        prepared = prepare(case, options, figures, clock)
+        if on_compiled is not None:
+            on_compiled(dict(figures))
+        if not options.compile_only:
+            measure(prepared, options, figures, clock)
+            figures["repeats"][0]["phases"] = clock.dump()
+    except Exception as error:
+        return make_row(case, figures, status="failed", error=one_line(error))
+    refused = gpu_verdict(figures.get("gpu"))
+    if refused:
+        return make_row(case, figures, status="failed", error=refused)
+    return make_row(case, figures, status="ok")
+
+
+def make_row(case: Case, figures: dict[str, Any], **status: Any) -> StepRow:
+    """The case's row from what was measured; a figure out of range fails the row, saying
+    why, and keeps its identity."""
+    identity = case.row_fields()
+    try:
+        return StepRow(**{**identity, **figures, **status})
+    except Exception as error:
+        return StepRow(**identity, status="failed", error=f"invalid row: {one_line(error)}")
+
+
+def profile_name(case: Case) -> str:
+    """A directory name for the case's trace: its label without spaces or slashes."""
+    label = case.label().replace(" (", "-").replace(", ", "-").rstrip(")")
+    return label.replace("/", "_").replace(" ", "_")

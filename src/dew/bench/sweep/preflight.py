@@ -1,0 +1,142 @@
+"""Whole-run checks of the step benchmark, once and before any case starts.
+
+What would otherwise fail once per case, each after a child has started and compiled, is
+refused here in one line (a UsageError, exit 2): an output that cannot be written, XLA
+flags the backend does not accept, a mesh larger than the devices, an attention
+implementation the platform lacks, a case whose model config is invalid. The devices are
+read by one probe process, so the parent still never initialises a JAX backend.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+
+from dew.bench.common.cli import UsageError, one_line
+from dew.bench.sweep import presets
+from dew.bench.sweep.presets import Case
+from dew.bench.sweep.settings import Options, append_xla_flags
+
+PROBE_MARKER = "DEW_DEVICES "
+PROBE = (
+    "import json, jax; d = jax.devices(); "
+    f"print({PROBE_MARKER!r} + json.dumps(dict(platform=d[0].platform, count=len(d), "
+    "kind=d[0].device_kind)))"
+)
+FORCE_DEVICES = "--xla_force_host_platform_device_count"
+
+
+@dataclasses.dataclass(frozen=True)
+class Devices:
+    platform: str  # "cpu", "gpu", "tpu"
+    count: int
+    kind: str
+
+
+def probe_devices(environment: dict[str, str], timeout_s: float = 600) -> Devices:
+    """The devices JAX sees with this environment, from a short child process. A backend
+    that does not start (an unknown XLA flag, a missing plugin) is a UsageError naming why."""
+    try:
+        process = subprocess.run(
+            [sys.executable, "-c", PROBE],
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
+    except subprocess.TimeoutExpired:
+        raise UsageError(f"JAX did not start within {timeout_s:.0f} s") from None
+    for line in process.stdout.splitlines():
+        if line.startswith(PROBE_MARKER):
+            return Devices(**json.loads(line[len(PROBE_MARKER) :]))
+    raise UsageError(f"JAX cannot start with this environment: {_why(process.stderr)}")
+
+
+def _why(stderr: str) -> str:
+    """The line that says why the backend did not start (XLA's flag parser, jax's error)."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    for line in lines:
+        if "Unknown flag" in line or "unknown flag" in line:
+            return line[line.find("Unknown") if "Unknown" in line else 0 :][:300]
+    return lines[-1][:300] if lines else "no error message"
+
+
+def simulate_cpu_devices(environment: dict[str, str], count: int) -> str | None:
+    """Give the cases `count` simulated CPU devices when nothing else chose a device count
+    (the cpu-smoke mesh on a CPU host). Returns the flag added, or None."""
+    if FORCE_DEVICES in environment.get("XLA_FLAGS", ""):
+        return None
+    added = f"{FORCE_DEVICES}={count}"
+    append_xla_flags(environment, added)
+    return added
+
+
+def check_devices(options: Options, cases: Sequence[Case], devices: Devices) -> list[str]:
+    """Refuse a run the devices cannot hold; return warnings for one they hold partly."""
+    needed = options.mesh.get("data", 1) * options.mesh.get("fsdp", 1)
+    if needed > devices.count:
+        hint = ""
+        if devices.platform != "cpu" and options.preset == "cpu-smoke":
+            hint = f"; cpu-smoke runs on CPU: set JAX_PLATFORMS=cpu and XLA_FLAGS={FORCE_DEVICES}=8"
+        raise UsageError(
+            f"the mesh {json.dumps(options.mesh)} needs {needed} devices; this host has "
+            f"{devices.count} {devices.platform} device(s){hint}"
+        )
+    for case in cases:
+        if case.batch % needed:
+            raise UsageError(
+                f"case {case.label()}: batch {case.batch} cannot be split over the mesh "
+                f"{json.dumps(options.mesh)} ({needed} devices); use a multiple of {needed}"
+            )
+    impls = {case.attention_impl or options.attention_impl for case in cases}
+    if "cudnn" in impls and devices.platform != "gpu":
+        raise UsageError(
+            f"attention_impl cudnn needs an NVIDIA GPU; the devices here are "
+            f"{devices.platform}; valid here: xla, auto"
+        )
+    if needed < devices.count:
+        return [
+            f"the mesh {json.dumps(options.mesh)} uses {needed} of the {devices.count} "
+            f"{devices.platform} devices; the others stay idle"
+        ]
+    return []
+
+
+def check_cases(cases: Sequence[Case], preset: str) -> None:
+    """Every case's model config builds (sizes positive, overrides known): a bad one is
+    refused before the first case runs, not reported as a failed row after a compile."""
+    from dew.bench.sweep.case_run import model_config
+
+    for case in cases:
+        try:
+            model_config(case, preset)
+        except ValueError as error:  # pydantic's ValidationError included
+            raise UsageError(f"case {case.label()}: {one_line(error)}") from None
+
+
+def prepare_environment(
+    options: Options, cases: Sequence[Case], log: Callable[[str], None]
+) -> tuple[Devices, list[str]]:
+    """The run's environment, checked: os.environ gets the cases' XLA flags and, for the
+    cpu-smoke mesh on a CPU host, its simulated devices. Returns the devices and warnings."""
+    environment = dict(os.environ)
+    append_xla_flags(environment, options.xla_flags)
+    devices = probe_devices(environment)
+    # The preset's own mesh (cpu-smoke: 8) is what a CPU host simulates; a --mesh beyond it
+    # is then refused like any mesh larger than the devices.
+    preset_mesh = presets.get(options.preset).mesh
+    wanted = preset_mesh.get("data", 1) * preset_mesh.get("fsdp", 1)
+    added = None
+    if devices.platform == "cpu" and devices.count < wanted:
+        added = simulate_cpu_devices(environment, wanted)
+        if added:
+            devices = dataclasses.replace(devices, count=wanted)
+    warnings = check_devices(options, cases, devices)  # before os.environ changes
+    if added:
+        simulate_cpu_devices(os.environ, wanted)
+        log(f"{wanted} simulated CPU devices for the cases (XLA_FLAGS += {added})")
+    return devices, warnings

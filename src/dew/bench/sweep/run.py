@@ -1,0 +1,283 @@
+"""The step benchmark's run: every case, one row each, the record written after every row.
+
+A case runs in its own process (dew.bench.sweep.case_process) or in this one
+(dew.bench.sweep.case_run);
+either way its row lands in the record, which is validated and written atomically after
+every row, so a crash or a `kill -9` loses at most the case that was running.
+
+`--resume` continues a record: every row already in it stays, whatever this run selects;
+an `ok` row is reused only when the record was measured with the same settings and on the
+same environment (device, code, packages, flags), otherwise the run is refused, naming
+the difference, rather than mixing rows measured two ways under one header.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from dew.bench.analysis.repeats import merge_step, with_host_readings
+from dew.bench.common.cli import UsageError, one_line
+from dew.bench.record.schema import (
+    SCHEMA_VERSION,
+    BenchmarkRun,
+    Environment,
+    StepRow,
+    read_run,
+    write_run,
+)
+from dew.bench.runtime import hostprobe
+from dew.bench.runtime.progress import Progress
+from dew.bench.sweep.presets import Case
+from dew.bench.sweep.settings import Options, measured_with, settings_record
+
+
+def check_idle(mode: str, *, skip: bool):
+    """The idle-host readings (dew.bench.runtime.idle); raises HostNotIdle in mode "error".
+
+    A compile-only run measures no time, so it does not wait for the host to be quiet.
+    """
+    from dew.bench.runtime import idle
+
+    return idle.guard("off" if skip else mode)
+
+
+# --- resume --------------------------------------------------------------------------------
+
+
+def read_previous(path: str) -> BenchmarkRun:
+    """The record --resume continues (UsageError: one line, when it is not one)."""
+    try:
+        record = read_run(path)
+    except FileNotFoundError:
+        raise UsageError(f"--resume: {path}: no such file") from None
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise UsageError(f"--resume: {path} is not a results record: {one_line(error)}") from None
+    if record.kind != "step":
+        raise UsageError(f"--resume: {path} is a {record.kind!r} record; need a step record")
+    return record
+
+
+def check_same_measurement(
+    previous: BenchmarkRun, options: Options, environment: Environment, path: str
+) -> None:
+    """Refuse to continue a record measured with other settings or on another stack."""
+    now = measured_with(settings_record(options, []))
+    for name, then in measured_with(previous.settings).items():
+        if then != now[name]:
+            raise UsageError(
+                f"--resume: {path} was measured with {name}={then!r}, this run has "
+                f"{now[name]!r}; rerun with the same settings or write a new --json-out"
+            )
+    for what, then, here in stack_identity(previous.environment, environment):
+        if then != here:
+            raise UsageError(
+                f"--resume: {path} was measured on another {what} ({then} here {here}); "
+                "write a new --json-out"
+            )
+
+
+def stack_identity(a: Environment, b: Environment) -> list[tuple[str, Any, Any]]:
+    """What must be equal for two sets of rows to share one record's environment."""
+
+    def devices(env: Environment) -> Any:
+        d = env.devices
+        return None if d is None else (d.platform, d.kind, d.count)
+
+    return [
+        ("device", devices(a), devices(b)),
+        ("driver", a.driver_version, b.driver_version),
+        ("commit", a.code and a.code.commit, b.code and b.code.commit),
+        ("package set", a.packages, b.packages),
+        ("python", a.python, b.python),
+        ("set of environment flags", a.env_flags, b.env_flags),
+    ]
+
+
+def merged_cases(previous: BenchmarkRun | None, cases: Sequence[Case]) -> list[Case]:
+    """The record's cases: the previous record's, then this run's new ones."""
+    known = [Case.model_validate(c) for c in (previous.settings.cases or [])] if previous else []
+    keys = {case.key() for case in known}
+    return known + [case for case in cases if case.key() not in keys]
+
+
+# --- the run -------------------------------------------------------------------------------
+
+
+def progress_line(progress: str, row: StepRow, seconds: float, round_index: int = 0) -> str:
+    from dew.bench.analysis.tables import num
+
+    which = f" repeat {round_index + 1}" if round_index else ""
+    head = f"{progress} {row.label()}{which}: {row.status}"
+    if row.status != "ok":
+        return f"{head} ({seconds:.1f} s): {row.error}"
+    parts = []
+    if row.ms_per_step is not None:
+        parts.append(f"{num(row.ms_per_step, 2)} ms/step")
+        if row.ms_per_step_ci95 and measured(row) > 1:
+            low, high = row.ms_per_step_ci95
+            parts[-1] += f" [{num(low, 2)}, {num(high, 2)}] over {measured(row)}"
+    if row.gflop_per_step is not None:
+        parts.append(f"{num(row.gflop_per_step)} GFLOP")
+    if row.compile_s is not None:
+        parts.append(f"compile {row.compile_s:.1f} s")
+    return f"{head} ({seconds:.1f} s) " + ", ".join(parts)
+
+
+def run(
+    options: Options,
+    cases: Sequence[Case],
+    *,
+    json_out: str | None = None,
+    resume: bool = False,
+    command: str | None = None,
+    idle_check: str = "off",
+    warnings: Sequence[str] = (),
+    log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
+    progress: Progress | None = None,
+) -> BenchmarkRun:
+    """Run every case `options.repeats` times, in rounds (every case once per round, so
+    drift spreads over all of them); write the record after every row; return it.
+
+    Each round runs in waves (dew.bench.sweep.waves): up to `options.compile_jobs` cases compile
+    at once, then the compiled ones are timed one at a time. `progress` (dew.bench.runtime.progress)
+    shows the cases' phases; every row's result line goes to it, or to `log` without it."""
+    from dew.bench.multihost import combine as multihost
+    from dew.bench.record.capture import capture
+    from dew.train.distributed import process_count, process_index
+
+    # Several processes (dew.train.distributed): every one runs every case in-process and
+    # times it; rows combine across processes; only process 0 writes and logs.
+    processes = process_count()
+    leader = process_index() == 0
+    environment = capture(processes=multihost.process_table() if processes > 1 else None)
+    previous = read_previous(json_out) if resume and json_out and _exists(json_out) else None
+    if previous is not None:
+        check_same_measurement(previous, options, environment, json_out)
+    idle = check_idle(idle_check, skip=options.compile_only)
+    rows: list[StepRow] = list(previous.rows) if previous else []
+    record: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "step",
+        "created": previous.created if previous else datetime.now(UTC),
+        "command": command,
+        "settings": settings_record(options, merged_cases(previous, cases)),
+        "environment": environment,
+        "idle_check": idle,
+        "rows": rows,
+        "note": "; ".join(warnings) or None,
+    }
+    repeats = 1 if options.compile_only else options.repeats
+    total = len(cases) * repeats
+    for round_index in range(repeats):
+        busy = round_busy(idle_check, round_index, options, first=idle)
+        # The host's speed (dew.bench.runtime.hostprobe), read again before each wave is timed.
+        probe: dict[str, float | None] = {"ms": None}
+
+        def read_probe(probe=probe) -> None:
+            probe["ms"] = None if options.compile_only else hostprobe.measure()
+
+        todo = []  # (position in cases, case): what this round measures
+        for position, case in enumerate(cases):
+            done = _find(rows, case.key())
+            if done is not None and done.status == "ok" and measured(done) > round_index:
+                if leader and round_index == 0:
+                    log(f"[{position + 1}/{total}] {case.label()}: ok in {json_out}, kept")
+                continue
+            todo.append((position, case))
+
+        def on_row(position, case, row, seconds, busy=busy, probe=probe, round_index=round_index):
+            index = position + 1
+            row = merge_step(_find(rows, case.key()), with_host_readings(row, busy, probe["ms"]))
+            _put(rows, row)
+            if processes > 1:  # a run cut short by a dead process must not read as complete
+                partial = multihost.PARTIAL_NOTE.format(done=index, total=len(cases))
+                record["note"] = None if index == len(cases) else partial
+            if json_out and leader:  # on disk before anything else can go wrong
+                write_run(json_out, record)
+            if leader:
+                counter = f"[{round_index * len(cases) + index}/{total}]"
+                line = progress_line(counter, row, seconds, round_index)
+                if progress is not None:
+                    progress.finish(position, line, ok=row.status == "ok")
+                else:
+                    log(line)
+
+        if options.isolate:
+            from dew.bench.sweep import waves
+
+            jobs = options.compile_jobs or 1
+            waves.run_round(todo, options, jobs, on_row, progress, before_timing=read_probe)
+        else:
+            read_probe()
+            for position, case in todo:
+                if progress is not None:
+                    progress.stage("run", [position])
+                    progress.set(position, "compiling and timing")
+                start = time.perf_counter()
+                row = _measure_in_process(case, options, processes, position + 1, round_index)
+                on_row(position, case, row, time.perf_counter() - start)
+    return BenchmarkRun.model_validate(record)
+
+
+def measured(row: StepRow) -> int:
+    """How many repeats a row holds (a row of schema 1 holds one, summarized)."""
+    return len(row.repeats) if row.repeats else 1
+
+
+def round_busy(idle_check: str, round_index: int, options: Options, first=None) -> str | None:
+    """Why the host is busy before a round, or None: the run's own idle check for the first
+    round, a short reading before every later one. The round's repeats carry it."""
+    if idle_check == "off" or options.compile_only:
+        return None
+    if round_index == 0:
+        if first is None or first.idle is not False:
+            return None
+        return "; ".join(first.reasons) or "busy"
+    from dew.bench.runtime import idle
+
+    check = idle.sample("warn", window_s=1.0)
+    return None if check.idle else "; ".join(check.reasons) or "busy"
+
+
+def _measure_in_process(
+    case: Case, options: Options, processes: int, index: int, round_index: int
+) -> StepRow:
+    """A case in this process (--no-isolate, or a multi-process run): every process times
+    it; the rows combine across processes (dew.bench.multihost.combine)."""
+    from dew.bench.multihost import combine as multihost
+    from dew.bench.sweep.case_run import run_case
+
+    row = run_case(case, options)
+    if processes > 1:
+        row = multihost.gather_row(row, f"row/{round_index}/{index}")
+    return row
+
+
+def _find(rows: list[StepRow], key: tuple) -> StepRow | None:
+    return next((row for row in rows if row.key() == key), None)
+
+
+def _put(rows: list[StepRow], row: StepRow) -> None:
+    """Replace the row of the same case (a failed one being rerun), else append."""
+    for index, old in enumerate(rows):
+        if old.key() == row.key():
+            rows[index] = row
+            return
+    rows.append(row)
+
+
+def _exists(path: str) -> bool:
+    from pathlib import Path
+
+    return Path(path).exists()
+
+
+def exit_code(record: BenchmarkRun, cases: Sequence[Case] = ()) -> int:
+    """0 when every row of this run's cases is ok (every row, without cases), else 1."""
+    wanted = {case.key() for case in cases}
+    rows = [row for row in record.rows if not wanted or row.key() in wanted]
+    return 0 if all(row.status == "ok" for row in rows) else 1

@@ -1,0 +1,98 @@
+"""The step benchmark's settings, declared once.
+
+`Options` is what every case of a run shares. The command line (dew.bench.sweep.benchmark_step)
+takes
+these same fields as its flags (its `Args` extends this class), and the record's
+`Settings` is derived from them (`settings_record`), so a new setting is written in one
+place. Field docstrings are the flags' help.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import MutableMapping, Sequence
+from typing import Any, Literal
+
+from dew.bench.record.schema import Settings
+from dew.bench.sweep.presets import Case
+from dew.config import AttentionImpl, Dtype
+
+CACHE_OFF = "off"  # --compilation-cache-dir off: compile every case from scratch
+# What a row's figures depend on: --resume reuses a row only when all of these match.
+MEASURED_WITH = ("preset", "steps", "warmup", "dtype", "mesh", "compile_only", "xla_flags")
+MEASURED_WITH += ("attention_impl",)
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """Settings shared by every case of a run."""
+
+    preset: Literal["small", "cpu-smoke"] = "small"
+    """which cases to run (dew.bench.sweep.presets)"""
+    steps: int = 100
+    """steps in each timed window (>= 1)"""
+    warmup: int = 2
+    """untimed steps before the windows (>= 0)"""
+    repeats: int = 1
+    """fresh processes per case (a fresh compile each), interleaved round-robin across the
+    cases; the row's figures are medians over them, with a 95% interval"""
+    dtype: Dtype = "bfloat16"
+    """compute dtype (parameters and optimizer state stay float32)"""
+    mesh: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """MeshSpec fields (data, fsdp, min_shard_size); default: the preset's"""
+    compile_only: bool = False
+    """params, GFLOP, cost_analysis GFLOP, compile s and the compiler's memory estimate only"""
+    isolate: bool = True
+    """each case in its own process (its own peak memory; a crash fails that row only)"""
+    compile_jobs: int | None = None
+    """cases compiled at once, in their own processes, before they are timed one at a time
+    (dew.bench.sweep.waves); default: the CPU count on CPU, 1 on a GPU (concurrent compiles
+    would autotune concurrently on the one device)"""
+    xla_flags: str | None = None
+    """appended to XLA_FLAGS for the cases"""
+    allocator: Literal["auto", "tcmalloc", "system"] = "auto"
+    """malloc of the cases' processes (dew.bench.sweep.allocator): auto is tcmalloc on CPU where
+    installed (XLA's compile frees millions of small objects), the system's otherwise"""
+    compilation_cache_dir: str | None = None
+    """JAX's persistent compilation cache ('off': none); a second run skips the compile"""
+    attention_impl: AttentionImpl | None = None
+    """attention implementation for every case that does not set its own"""
+    profile_dir: str | None = None
+    """write a jax.profiler trace of a few extra steps per case here"""
+    gpu_check: Literal["error", "warn", "off"] = "warn"
+    """NVIDIA GPUs: read clocks, temperature, power and energy in a synced window after the
+    timed ones; a card that slowed itself down (thermal, hardware or power-brake slowdown)
+    fails the row (error) or warns (warn); off: no readings"""
+
+
+def settings_record(options: Options, cases: Sequence[Case]) -> Settings:
+    """The record's `settings`: every Options field (those without a Settings field of
+    their own in `options`), the cases and what is fixed."""
+    fields = dataclasses.asdict(options)
+    return Settings(
+        preset=fields.pop("preset"),
+        architectures=sorted({case.architecture for case in cases}),
+        cases=[case.model_dump(exclude_defaults=True) for case in cases],
+        steps=fields.pop("steps"),
+        repeats=fields.pop("repeats"),
+        warmup=fields.pop("warmup"),
+        dtype=fields.pop("dtype"),
+        mesh=fields.pop("mesh"),
+        optimizer="adam",
+        isolate=fields.pop("isolate"),
+        compile_only=fields.pop("compile_only"),
+        options=fields,  # what is left: xla_flags, attention_impl, compile jobs, dirs
+    )
+
+
+def measured_with(settings: Settings) -> dict[str, Any]:
+    """The settings a record's rows were measured with (MEASURED_WITH), by Options name."""
+    flat = settings.model_dump() | (settings.options or {})
+    return {name: flat.get(name) for name in MEASURED_WITH}
+
+
+def append_xla_flags(environment: MutableMapping[str, str], flags: str | None) -> None:
+    """Append `flags` to environment["XLA_FLAGS"] unless they are there already: the one
+    place the cases' XLA flags are merged (child environments, the probe, os.environ)."""
+    if flags and flags not in environment.get("XLA_FLAGS", ""):
+        environment["XLA_FLAGS"] = f"{environment.get('XLA_FLAGS', '')} {flags}".strip()

@@ -1,0 +1,80 @@
+"""THE timing loop of the step benchmark, as DESIGN.md defines the numbers.
+
+warmup (untimed) -> dispatch window: `steps` steps back to back, one block at the end,
+divided by `steps` (ms/step: what a training loop that dispatches ahead sees) -> synced
+window of the same length, a block after every step (one time per step: p10/p50/p90).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from dew.bench.runtime.phases import PhaseClock
+
+
+@dataclasses.dataclass(frozen=True)
+class Timings:
+    ms_per_step: float  # dispatch window: total / steps
+    synced_ms: tuple[float, ...]  # synced window: one figure per step
+
+    def percentiles(self) -> dict[str, float]:
+        """p10/p50/p90 of the synced window (numpy's linear interpolation)."""
+        return percentiles(self.synced_ms)
+
+
+def percentiles(values: Sequence[float]) -> dict[str, float]:
+    p10, p50, p90 = np.percentile(np.asarray(values, dtype=float), [10, 50, 90])
+    return {"p10_ms": float(p10), "p50_ms": float(p50), "p90_ms": float(p90)}
+
+
+def block(tree: Any) -> Any:
+    import jax
+
+    return jax.block_until_ready(tree)
+
+
+def time_steps(
+    step: Callable[[Any, Any], tuple[Any, Any]],
+    state: Any,
+    batch: Any,
+    *,
+    steps: int,
+    warmup: int,
+    clock: PhaseClock | None = None,
+) -> tuple[Any, Any, Timings]:
+    """Warmup, dispatch window, synced window. Returns (state, metrics, timings).
+
+    `step(state, batch) -> (state, metrics)` may donate `state`; it is threaded through.
+    Nothing but the step call runs inside the dispatch window. `clock` times the warmup and
+    the two windows together as phases "warmup" and "timed" (its bookkeeping runs outside).
+    """
+    clock = clock or PhaseClock()
+    metrics = None
+    with clock.phase("warmup"):
+        for _ in range(warmup):
+            state, metrics = step(state, batch)
+        block((state, metrics))
+    with clock.phase("timed"):
+        state, metrics, timings = _windows(step, state, batch, steps)
+    return state, metrics, timings
+
+
+def _windows(step, state, batch, steps: int) -> tuple[Any, Any, Timings]:
+    start = time.perf_counter()
+    for _ in range(steps):
+        state, metrics = step(state, batch)
+    block((state, metrics))
+    ms_per_step = (time.perf_counter() - start) * 1e3 / steps
+
+    synced = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        state, metrics = step(state, batch)
+        block((state, metrics))
+        synced.append((time.perf_counter() - start) * 1e3)
+    return state, metrics, Timings(ms_per_step, tuple(synced))
