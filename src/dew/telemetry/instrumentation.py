@@ -3,7 +3,7 @@
 Why not `compiled.cost_analysis()`: it counts a while loop's body once, and it gives
 nothing for the cuBLAS/cuDNN custom calls the GPU backend moves matmuls and convolutions
 into (22.5x low for the UNet, 2.58x for the decoder). The count here is executed matmul
-work, per device, with the conventions of DESIGN.md ("Conventions that define the numbers"):
+work, per device, with the conventions of docs/conventions.md ("GFLOP/step"):
 
 - dot and ragged-dot: 2 x result elements x contracted size.
 - convolution: 2 x result elements x kernel taps x input features per group, divided by

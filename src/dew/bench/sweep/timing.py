@@ -1,4 +1,4 @@
-"""THE timing loop of the step benchmark, as DESIGN.md defines the numbers.
+"""THE timing loop of the step benchmark, as docs/conventions.md defines the numbers.
 
 warmup (untimed) -> dispatch window: `steps` steps back to back, one block at the end,
 divided by `steps` (ms/step: what a training loop that dispatches ahead sees) -> synced
