@@ -10,6 +10,7 @@ import pytest
 
 from dew.bench.record import schema, validate
 from dew.bench.record.schema import BenchmarkRun, StepRow, read_run, write_run
+from dew.bench.record.schema import __main__ as schema_command
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -175,7 +176,7 @@ def test_exported_json_schema_is_current(tmp_path):
         if not (exported / name).exists() or (exported / name).read_text() != text
     ]
     assert not stale, f"run `python -m dew.bench.record.schema --export results/schema`: {stale}"
-    assert schema.main(["--export", str(tmp_path)]) == 0
+    assert schema_command.main(["--export", str(tmp_path)]) == 0
     for name in schema.SCHEMA_FILES:
         assert (tmp_path / name).read_text() == (exported / name).read_text()
         version = json.loads((tmp_path / name).read_text())["x-schema-version"]

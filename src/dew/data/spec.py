@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import ClassVar
 
-from dew.bench.common import cli  # standard library only: the one spelling of a flag
+from dew import flags
 from dew.config import Config
 
 # The largest square side a record is decoded to. The photos are about 500 px and the step
@@ -23,7 +23,7 @@ MAX_IMAGE_SIZE = 4096
 
 def flag(field: str) -> str:
     """The flag that sets a spec field: `loading.workers` -> `--data.loading.workers`."""
-    return cli.flag("data." + field)
+    return flags.flag("data." + field)
 
 
 class Loading(Config):

@@ -10,60 +10,30 @@ bad value and what is valid. tyro reports its parse failures through its error h
 (`tyro._errors.on_parse_error`, pinned with tyro in the lock); the hook turns each into a
 `UsageError` with one line of our own wording, so nothing is scraped from tyro's boxes.
 
-This module imports the standard library only at the top: the schema and the stdlib-only
-helpers may import `UsageError` from it.
+The error style itself (`UsageError`, `one_line`, `say`, the exit codes) lives in
+`dew.bench.common.errors`, which never imports tyro: the schema and the stdlib-only helpers
+raise through it. This module re-exports those names, so an entry point needs only `cli`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import sys
 import types
 import typing
 from collections.abc import Callable, Sequence
 from typing import Any
 
-EXIT_OK, EXIT_CHANGED, EXIT_USAGE = 0, 1, 2
-MAX_LINE = 400  # an XLA or pydantic message runs to pages; a line is enough to act on
-
-
-class UsageError(ValueError):
-    """Bad input (a flag, a value, a path, a file): one line on stderr, exit 2."""
-
-
-def flag(field_path: str) -> str:
-    """The command-line spelling of a field path: `data.image_size` -> `--data.image-size`."""
-    return "--" + field_path.replace("_", "-")
-
-
-def one_line(error: BaseException, *, flags: bool = False) -> str:
-    """An error as one line: a pydantic error's first problem with where it is, else the
-    type and first line of the message (XLA's run to pages). With `flags`, a pydantic
-    location is spelled as the flag a user typed (`--data.image-size`)."""
-    import pydantic  # in every dew environment; imported here to keep the top stdlib-only
-
-    if isinstance(error, pydantic.ValidationError) and error.errors():
-        first = error.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        message = first["msg"].removeprefix("Value error, ")  # pydantic's wrapper of a raise
-        if flags and where:
-            text = f"{flag(where)}: {message}"
-        else:
-            text = f"invalid {error.title}{'.' + where if where else ''}: {message}"
-        if "input" in first and first["type"] not in ("missing", "extra_forbidden"):
-            text += f" (got {first['input']!r})"
-    elif isinstance(error, UsageError | OSError | UnicodeDecodeError):
-        text = _first_line(str(error)) or type(error).__name__
-    else:
-        message = _first_line(str(error))
-        text = f"{type(error).__name__}: {message}" if message else type(error).__name__
-    return text if len(text) <= MAX_LINE else text[: MAX_LINE - 3] + "..."
-
-
-def _first_line(text: str) -> str:
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return lines[0] if lines else ""
-
+from dew.bench.common.errors import (  # noqa: F401  (re-exported: the entry points' one import)
+    EXIT_CHANGED,
+    EXIT_OK,
+    EXIT_USAGE,
+    MAX_LINE,
+    UsageError,
+    first_line,
+    one_line,
+    say,
+)
+from dew.flags import flag  # noqa: F401  (re-exported: every entry point spells flags so)
 
 # --- parsing ---------------------------------------------------------------------------------
 
@@ -151,18 +121,13 @@ def _raise_usage_error(event: Any) -> None:
     if isinstance(event, e.SubcommandConflict):
         raise UsageError(f"{event.attempted!r} conflicts with {event.already_selected!r}")
     if isinstance(event, e.InstantiationFailure):
-        message = _first_line(event.message)
+        message = first_line(event.message)
         where = f"{event.argument.display_name()}: " if event.argument is not None else ""
         raise UsageError(f"{where}{message}")
     raise UsageError(f"invalid command line ({type(event).__name__})")
 
 
 # --- the entry point -------------------------------------------------------------------------
-
-
-def say(prog: str, message: str) -> None:
-    """One line on stderr in the shared format."""
-    print(f"{prog}: error: {message}", file=sys.stderr, flush=True)
 
 
 def run(prog: str, body: Callable[[], int]) -> int:

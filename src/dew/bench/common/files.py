@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from dew.bench.common.cli import UsageError
+from dew.bench.common.errors import UsageError
 
 # The checkout this package runs from (an editable install): the record's commit and the
 # published tables are read from it.

@@ -22,11 +22,9 @@ live in base.py, environment.py and rows.py; this module is the one to import.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
-import sys
 from datetime import date, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -208,26 +206,3 @@ def export(directory: str | os.PathLike) -> list[Path]:
     for name, text in json_schemas().items():
         written.append(atomic_write(directory / name, text))
     return written
-
-
-@dataclasses.dataclass(frozen=True)
-class ExportArgs:
-    """Write the JSON Schema files of the results schema."""
-
-    export: Path
-    """the directory to write the *.schema.json files into"""
-
-
-def main(argv: list[str] | None = None) -> int:
-    from dew.bench.common import cli
-    from dew.bench.common.files import check_output_dir
-
-    def body() -> int:
-        argv_ = sys.argv[1:] if argv is None else argv
-        args = cli.parse(ExportArgs, argv_, prog="python -m dew.bench.record.schema")
-        check_output_dir(args.export, flag="--export")
-        for path in export(args.export):
-            print(path)
-        return 0
-
-    return cli.run("dew.bench.record.schema", body)

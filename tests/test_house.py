@@ -1,0 +1,131 @@
+"""The house's rules, checked on the tree itself: the import contract of pyproject.toml
+(layers, no circles, a schema that validates anywhere), modules of at most 450 lines and
+folders of at most 16 modules."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import grimp
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+MAX_LINES = 450
+MAX_MODULES = 16
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+
+
+def lint_imports(root: Path, src: Path) -> subprocess.CompletedProcess:
+    """`lint-imports` with root's pyproject.toml over the package under src."""
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache"], cwd=root, env=env, capture_output=True, text=True
+    )
+
+
+def test_the_import_contract_holds():
+    done = lint_imports(REPO, REPO / "src")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "BROKEN" not in done.stdout
+
+
+@pytest.mark.parametrize(
+    "module, line",
+    [
+        # a lower layer of dew.bench importing a higher one
+        ("bench/common/files.py", "from dew.bench.sweep import run"),
+        # the schema pulling in jax through the record's capture
+        ("bench/record/schema/base.py", "import dew.bench.record.capture"),
+        # models knowing of training
+        ("models/registry.py", "import dew.train.trainer"),
+    ],
+)
+def test_the_contract_catches_a_wrong_import(tmp_path, module, line):
+    shutil.copytree(REPO / "src" / "dew", tmp_path / "src" / "dew", ignore=_no_caches)
+    shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    target = tmp_path / "src" / "dew" / module
+    target.write_text(target.read_text() + f"\n{line}  # noqa\n")
+    done = lint_imports(tmp_path, tmp_path / "src")
+    assert done.returncode != 0 and "BROKEN" in done.stdout, done.stdout[-2000:]
+
+
+def _no_caches(directory, names):
+    return [name for name in names if name == "__pycache__"]
+
+
+def import_cycles(graph: grimp.ImportGraph) -> list[list[str]]:
+    """Every set of modules that import each other round a circle (Tarjan's strongly
+    connected components), TYPE_CHECKING imports aside."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for imported in graph.find_modules_directly_imported_by(module):
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in on_stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == module:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for module in sorted(graph.modules):
+        if module not in index:
+            visit(module)
+    return cycles
+
+
+def test_no_module_imports_itself_round_a_circle():
+    graph = grimp.build_graph("dew", exclude_type_checking_imports=True, cache_dir=None)
+    assert import_cycles(graph) == []
+
+
+def test_a_circle_is_found():
+    graph = grimp.ImportGraph()
+    for importer, imported in [("p.a", "p.b"), ("p.b", "p.c"), ("p.c", "p.a"), ("p.c", "p.d")]:
+        graph.add_import(importer=importer, imported=imported)
+    assert import_cycles(graph) == [["p.a", "p.b", "p.c"]]
+
+
+def python_files() -> list[Path]:
+    roots = [REPO / "src", REPO / "docker", REPO / "scripts", REPO / "tools"]
+    return [REPO / "noxfile.py"] + [p for root in roots for p in sorted(root.rglob("*.py"))]
+
+
+def test_no_module_is_over_450_lines():
+    long = {
+        str(path.relative_to(REPO)): n
+        for path in python_files()
+        if (n := len(path.read_text().splitlines())) > MAX_LINES
+    }
+    assert long == {}, f"split by job: over {MAX_LINES} lines: {long}"
+
+
+def test_no_folder_holds_over_16_modules():
+    crowded = {}
+    for folder in [REPO / "src", *(REPO / "src").rglob("*")]:
+        if folder.is_dir() and folder.name != "__pycache__":
+            modules = [
+                p for p in folder.glob("*.py") if p.name not in ("__init__.py", "__main__.py")
+            ]
+            if len(modules) > MAX_MODULES:
+                crowded[str(folder.relative_to(REPO))] = len(modules)
+    assert crowded == {}, f"a folder per role, at most {MAX_MODULES} modules: {crowded}"
