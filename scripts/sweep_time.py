@@ -13,11 +13,11 @@ summed compile_s, the phase totals (records of schema 3 keep them; older code ha
 and the number of compiles that overlapped a timed window (dew.bench.runtime.phases.overlaps),
 how the wall clock was spent (dew.bench.runtime.phases.occupancy: seconds with 1, 2, ... cases
 building at once, seconds timing, seconds of neither),
-then every row's ms/step in both runs. With
---out, writes all of it as JSON (the figures docs/performance.md quotes; name it
-*.sweep.json: the results site then does not take it for a record). Exit 0 when both
-runs finished with every row ok, 1 otherwise, 2 on bad input (benchmark_step's own refusal,
-e.g. of a --preset or an --extra flag, included).
+then every row's ms/step in both runs. The two records themselves live in a temporary
+directory and go with it. With --out, the figures are also written as JSON to that path,
+which must lie outside results/ (results/ holds records of the schema only; this JSON is
+not one). Exit 0 when both runs finished with every row ok, 1 otherwise, 2 on bad input
+(benchmark_step's own refusal, e.g. of a --preset or an --extra flag, included).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ class Args:
     label: str | None = None
     """a name for this checkout in the output (default: its commit)"""
     out: Path | None = None
-    """write the figures as JSON here"""
+    """also write the figures as JSON here (outside results/)"""
     preset: str = "cpu-smoke"
     steps: int = 2
     extra: str = ""
@@ -151,6 +151,18 @@ def report(label: str, runs: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+def check_outside_results(out: Path, checkout: Path) -> None:
+    """Refuse an --out under a repository's results/: it holds records of the schema only."""
+    target = out.resolve()
+    for repo in dict.fromkeys((REPO.resolve(), checkout.resolve())):
+        results = repo / "results"
+        if target.is_relative_to(results):
+            raise cli.UsageError(
+                f"--out {out} is inside {results}, which holds records of the schema only; "
+                "write the sweep's JSON somewhere else"
+            )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     return cli.run(PROG, lambda: _main(cli.parse(Args, argv, prog="scripts/sweep_time.py")))
@@ -162,6 +174,7 @@ def _main(args: Args) -> int:
     if args.steps < 1:
         raise cli.UsageError(f"--steps must be at least 1 (got {args.steps})")
     if args.out is not None:
+        check_outside_results(args.out, args.checkout)
         check_output_file(str(args.out), flag="--out", overwrite=args.overwrite)
     label = args.label or commit(args.checkout)
     runs = {}
