@@ -13,8 +13,13 @@ Kinds: `step RECORD` (the step tool's table; a compile-only record gets its colu
 `python -m dew.bench.analysis.compare RUN REFERENCE` prints for a compile-only run). Paths are
 relative to the repository root (the directory holding pyproject.toml above the file).
 
+A figure in the docs must come from a clean commit: a record made on a dirty tree
+(`environment.code.dirty` true: its change is in no commit, and `nox -s reproduce` refuses
+it) is named in one line per marker, `FILE:LINE: RECORD was made on a dirty tree ...`.
+
 Without --check each file's tables are rewritten in place (atomically, only when one
-changed); with --check nothing is written and exit 1 names every table that differs.
+changed) and a dirty record is named as a warning; with --check nothing is written and
+exit 1 names every table that differs and every marker whose record is dirty.
 Exit 2: bad input (a file or record missing or invalid, a marker not closed or unknown).
 """
 
@@ -39,6 +44,10 @@ PROG = "python -m dew.bench.site.docs"
 OPEN = re.compile(r"^<!-- dew-table: (?P<spec>.+?) -->$")
 CLOSE = "<!-- /dew-table -->"
 DEFAULT_FILES = ("docs/performance.md", "README.md")
+DIRTY = (
+    "was made on a dirty tree (environment.code.dirty): a figure in the docs must come from "
+    "a record of a clean commit"
+)
 
 
 def repository_root(path: Path) -> Path:
@@ -48,10 +57,23 @@ def repository_root(path: Path) -> Path:
     return Path.cwd()
 
 
-def render_table(spec: str, root: Path, where: str) -> str:
-    """The Markdown table a marker's spec names."""
+def render_table(spec: str, root: Path, where: str) -> tuple[str, list[str]]:
+    """The Markdown table a marker's spec names, and the paths of its records made on a
+    dirty tree."""
     kind, *paths = spec.split()
     records = [load(root / p, f"{where}: {kind}") for p in paths]
+    dirty = [p for p, r in zip(paths, records, strict=True) if _dirty(r)]
+    return _table(kind, spec, paths, records, where), dirty
+
+
+def _dirty(record) -> bool:
+    """Whether the record says it was made on a dirty tree (unknown is not dirty: the
+    published records state no flag)."""
+    code = record.environment.code
+    return code is not None and code.dirty is True
+
+
+def _table(kind: str, spec: str, paths: list[str], records: list, where: str) -> str:
     if kind == "step" and len(records) == 1:
         (record,) = records
         if record.kind != "step":
@@ -80,6 +102,7 @@ class Table:
     spec: str
     old: str
     new: str
+    dirty: list[str] = dataclasses.field(default_factory=list)  # its records from dirty trees
 
 
 def regenerate(path: Path) -> tuple[str, list[Table]]:
@@ -106,8 +129,8 @@ def regenerate(path: Path) -> tuple[str, list[Table]]:
         if index == len(lines):
             raise UsageError(f"{where}: the table marker is not closed by {CLOSE}")
         old = "".join(lines[start:index])
-        new = render_table(opened["spec"], root, where)
-        tables.append(Table(path, start, opened["spec"], old, new))
+        new, dirty = render_table(opened["spec"], root, where)
+        tables.append(Table(path, start, opened["spec"], old, new, dirty))
         out.append(new)
     return "".join(out), tables
 
@@ -116,14 +139,15 @@ def regenerate(path: Path) -> tuple[str, list[Table]]:
 class Args:
     """Regenerate the tables of Markdown files from the records their markers name; with
     --check, only say which differ. Exit 0: up to date (or rewritten); 1: --check found a
-    table that differs; 2: bad input."""
+    table that differs or a record made on a dirty tree; 2: bad input."""
 
     files: Annotated[tuple[str, ...], tyro.conf.Positional, tyro.conf.arg(metavar="FILE")] = (
         DEFAULT_FILES
     )
     """Markdown files with <!-- dew-table: ... --> markers"""
     check: bool = False
-    """write nothing; exit 1 when a table differs from what its records give"""
+    """write nothing; exit 1 when a table differs from what its records give, or one of its
+    records was made on a dirty tree"""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -133,18 +157,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(args: Args) -> int:
     results = [(Path(name), *regenerate(Path(name))) for name in args.files]  # all or none
-    stale = 0
+    stale = dirty = 0
     for path, text, tables in results:
         changed = [t for t in tables if t.old != t.new]
         stale += len(changed)
         for table in changed:
             verb = "differs from" if args.check else "regenerated from"
             print(f"{path}:{table.line}: table {verb} {table.spec}", file=sys.stderr)
+        for table in tables:
+            for record in table.dirty:
+                dirty += 1
+                print(f"{path}:{table.line}: {record} {DIRTY}", file=sys.stderr)
         if changed and not args.check:
             atomic_write(path, text)
         state = "stale" if args.check else "rewritten"
         print(f"{path}: {len(tables)} tables, {len(changed)} {state}")
-    return cli.EXIT_CHANGED if args.check and stale else cli.EXIT_OK
+    return cli.EXIT_CHANGED if args.check and (stale or dirty) else cli.EXIT_OK
 
 
 if __name__ == "__main__":
