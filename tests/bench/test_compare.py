@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dew.bench.analysis import compare
+from dew.bench.analysis import compare, comparison
 from dew.bench.record.schema import read_run, write_run
 
 PUBLISHED = Path(__file__).resolve().parents[2] / "results" / "published"
@@ -15,7 +15,7 @@ RERUN = PUBLISHED / "2026-09-05-rtx4080-9886c20-rerun.json"
 
 @pytest.fixture(scope="module")
 def rerun_vs_first():
-    return compare.compare(read_run(RERUN), read_run(FIRST))
+    return comparison.compare(read_run(RERUN), read_run(FIRST))
 
 
 def rows_by_label(cmp):
@@ -86,7 +86,7 @@ def test_different_model_is_not_comparable(tmp_path):
     changed = run.model_copy(deep=True)
     changed.rows[0].gflop_per_step = run.rows[0].gflop_per_step * 2
     changed.rows[0].ms_per_step = run.rows[0].ms_per_step * 3
-    cmp = compare.compare(changed, run)
+    cmp = comparison.compare(changed, run)
     row = cmp.rows[0]
     assert row.verdict == "different model, not comparable" and not row.counts
     assert any("GFLOP/step differs" in note for note in row.notes)
@@ -107,7 +107,7 @@ def test_loader_records_compare_on_throughput():
     loader = read_run(PUBLISHED / "oxford-flowers-loader.json")
     slower = loader.model_copy(deep=True)
     slower.rows[1].samples_per_s = loader.rows[1].samples_per_s / 2  # 8 workers: half as fast
-    cmp = compare.compare(slower, loader)
+    cmp = comparison.compare(slower, loader)
     verdicts = [r.verdict for r in cmp.rows]
     assert verdicts == ["same", "slower"]
     assert cmp.rows[1].change == pytest.approx(1.0)  # twice the time per sample
@@ -142,9 +142,9 @@ def _with_samples(record, scale: float, seed: int, repeats: int = 5):
 
 def test_rows_with_samples_get_statistical_verdicts_and_strict_fails_undecided(tmp_path):
     first = read_run(FIRST)
-    same = compare.compare(_with_samples(first, 1.0, 1), _with_samples(first, 1.0, 2))
+    same = comparison.compare(_with_samples(first, 1.0, 1), _with_samples(first, 1.0, 2))
     assert {r.verdict for r in same.counted} <= {"same", "undecided"} and same.reproduced
-    slower = compare.compare(_with_samples(first, 2.0, 3), _with_samples(first, 1.0, 4))
+    slower = comparison.compare(_with_samples(first, 2.0, 3), _with_samples(first, 1.0, 4))
     assert {r.verdict for r in slower.counted} == {"slower"} and not slower.reproduced
     assert all(r.samples.low > 1.9 for r in slower.counted)
     # Two repeats a side: every row undecided; exit 0, but 1 with --strict.
@@ -170,7 +170,7 @@ def test_a_change_measured_on_a_busy_host_is_undecided():
         else row
         for row in slower.rows
     ]
-    cmp = compare.compare(slower.model_copy(update={"rows": busy}), _with_samples(first, 1.0, 8))
+    cmp = comparison.compare(slower.model_copy(update={"rows": busy}), _with_samples(first, 1.0, 8))
     assert {r.verdict for r in cmp.counted} == {"undecided"}
     assert all("while the host was busy for 5 of 5 run repeats" in r.why for r in cmp.counted)
 
@@ -204,10 +204,10 @@ def test_a_change_the_host_drift_explains_is_undecided_with_the_reason(tmp_path,
     # The A/A failure of issue 17: the same code, the host 12% faster during the run.
     first = read_run(FIRST)
     run, reference = _with_samples(first, 0.88, 11), _with_samples(first, 1.0, 12)
-    without = compare.compare(run, reference)
+    without = comparison.compare(run, reference)
     assert {r.verdict for r in without.counted} == {"faster"}  # what compare said before
     assert without.host is None
-    cmp = compare.compare(_with_probes(run, 264.0, 13), _with_probes(reference, 300.0, 14))
+    cmp = comparison.compare(_with_probes(run, 264.0, 13), _with_probes(reference, 300.0, 14))
     assert cmp.host.ratio == pytest.approx(0.88, abs=0.02) and cmp.host.readings == (5, 5)
     assert {r.verdict for r in cmp.counted} == {"undecided"} and cmp.reproduced
     for row in cmp.counted:
@@ -230,11 +230,11 @@ def test_a_real_change_on_a_steady_host_stays_slower():
     first = read_run(FIRST)
     run = _with_probes(_with_samples(first, 2.0, 15), 300.0, 16)
     reference = _with_probes(_with_samples(first, 1.0, 17), 300.0, 18)
-    cmp = compare.compare(run, reference)
+    cmp = comparison.compare(run, reference)
     assert cmp.host.ratio == pytest.approx(1.0, abs=0.02)
     assert {r.verdict for r in cmp.counted} == {"slower"} and not cmp.reproduced
     # The host twice as slow during the run explains the same 2x: undecided.
-    slow_host = compare.compare(_with_probes(run, 600.0, 16), reference)
+    slow_host = comparison.compare(_with_probes(run, 600.0, 16), reference)
     assert {r.verdict for r in slow_host.counted} == {"undecided"}
     assert all(
         r.why.startswith("the host ran 100% slower during the run than the reference")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dew.bench.analysis import compare
+from dew.bench.analysis import compare, matching
 from dew.bench.record.schema import read_run
 
 PUBLISHED = Path(__file__).resolve().parents[2] / "results" / "published"
@@ -160,6 +160,6 @@ def test_default_reference_skips_files_that_are_no_record(tmp_path):
 
 
 def test_same_gflop_is_the_one_tolerance():
-    assert compare.same_gflop(292.9, 292.949)  # the published rounding
-    assert not compare.same_gflop(292.9, 292.9 * (1 + 2 * compare.GFLOP_TOLERANCE))
-    assert math.isclose(compare.GFLOP_TOLERANCE, 1e-3)
+    assert matching.same_gflop(292.9, 292.949)  # the published rounding
+    assert not matching.same_gflop(292.9, 292.9 * (1 + 2 * matching.GFLOP_TOLERANCE))
+    assert math.isclose(matching.GFLOP_TOLERANCE, 1e-3)

@@ -1,12 +1,12 @@
 """compare on a compile-only run prints the parity table (what scripts/parity_table.py did):
 params ours / published, GFLOP ours / published, exit 0 only when every published row is
-matched exactly (params) or within compare.GFLOP_TOLERANCE (GFLOP/step)."""
+matched exactly (params) or within matching.GFLOP_TOLERANCE (GFLOP/step)."""
 
 from pathlib import Path
 
 import pytest
 
-from dew.bench.analysis import compare, parity
+from dew.bench.analysis import compare, matching, parity
 from dew.bench.record.schema import BenchmarkRun, Settings, StepRow, read_run, write_run
 
 PUBLISHED = Path(__file__).resolve().parents[2] / "results" / "published"
@@ -89,7 +89,7 @@ def test_one_param_off_is_no_parity_and_exit_1(tmp_path, capsys):
 def test_gflop_beyond_the_tolerance_is_no_parity():
     run = compile_only_record(FIRST)
     row = run.rows[0]
-    row.gflop_per_step = row.gflop_per_step * (1 + 2 * compare.GFLOP_TOLERANCE)
+    row.gflop_per_step = row.gflop_per_step * (1 + 2 * matching.GFLOP_TOLERANCE)
     rows = parity.check(run, read_run(FIRST))
     assert [r.verdict for r in rows if not r.ok and r.counts] == ["GFLOP/step differs"]
     assert not parity.passed(rows)

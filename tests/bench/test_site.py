@@ -238,10 +238,10 @@ def test_the_repository_records_render(tmp_path, capsys):
 
 
 def test_the_comparison_chart_is_the_sites_figure(tmp_path):
-    from dew.bench.analysis import compare
+    from dew.bench.analysis import comparison
 
     rerun = ROOT / "results" / "published" / "2026-09-05-rtx4080-9886c20-rerun.json"
-    cmp = compare.compare(read_run(rerun), read_run(FIRST))
+    cmp = comparison.compare(read_run(rerun), read_run(FIRST))
     png = figure.comparison_chart(tmp_path / "chart.png", cmp.rows, "ms_per_step", "a", "b")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     svg = figure.svg_element(figure.draw([figure.Panel("row", [figure.Mark("run", 1.0)])]))

@@ -41,8 +41,8 @@ def test_a_real_difference_is_slower_and_the_same_distribution_is_not():
     base = _groups(rng, 10.0, 5, 20)
     twice = _groups(rng, 19.0, 5, 20)
     again = _groups(rng, 10.0, 5, 20)
-    slower = stats.compare_rows(twice, base)
-    same = stats.compare_rows(again, base)
+    slower = stats.repeat_ratio(twice, base)
+    same = stats.repeat_ratio(again, base)
     p = stats.holm([slower.p_value, same.p_value])
     assert stats.verdict(slower, p[0], band=0.05, alpha=0.05) == ("slower", None)
     assert stats.verdict(same, p[1], band=0.05, alpha=0.05)[0] in ("same", "undecided")
@@ -51,13 +51,13 @@ def test_a_real_difference_is_slower_and_the_same_distribution_is_not():
 
 def test_too_few_repeats_is_undecided_whatever_the_ratio():
     rng = np.random.default_rng(3)
-    comparison = stats.compare_rows(_groups(rng, 20.0, 1, 50), _groups(rng, 10.0, 1, 50))
+    comparison = stats.repeat_ratio(_groups(rng, 20.0, 1, 50), _groups(rng, 10.0, 1, 50))
     verdict, why = stats.verdict(comparison, 1e-9, band=0.05, alpha=0.05)
     assert verdict == "undecided" and "too few repeats" in why
 
 
 def test_beyond_the_band_but_not_significant_is_undecided():
-    comparison = stats.Comparison(ratio=1.2, low=1.1, high=1.3, p_value=0.2, repeats=(5, 5))
+    comparison = stats.RepeatRatio(ratio=1.2, low=1.1, high=1.3, p_value=0.2, repeats=(5, 5))
     verdict, why = stats.verdict(comparison, 0.2, band=0.05, alpha=0.05)
     assert verdict == "undecided" and "not significant" in why
 
@@ -83,15 +83,15 @@ def test_the_test_counts_repeats_not_steps():
 
 def test_a_ratio_beyond_the_band_whose_interval_reaches_into_it_is_undecided():
     # The A/A row of causal_transformer: 0.83x, significant, its interval up to 0.953.
-    comparison = stats.Comparison(ratio=0.832, low=0.759, high=0.953, p_value=0.01, repeats=(5, 5))
+    comparison = stats.RepeatRatio(ratio=0.832, low=0.759, high=0.953, p_value=0.01, repeats=(5, 5))
     verdict, why = stats.verdict(comparison, 0.04, band=0.05, alpha=0.05)
     assert verdict == "undecided" and "reaches into the band" in why
-    clear = stats.Comparison(ratio=0.8, low=0.7, high=0.9, p_value=0.01, repeats=(5, 5))
+    clear = stats.RepeatRatio(ratio=0.8, low=0.7, high=0.9, p_value=0.01, repeats=(5, 5))
     assert stats.verdict(clear, 0.04, band=0.05, alpha=0.05) == ("faster", None)
 
 
 def test_a_reference_without_samples_gets_a_band_verdict():
-    comparison = stats.Comparison(ratio=0.9, low=None, high=None, p_value=None, repeats=(5, 0))
+    comparison = stats.RepeatRatio(ratio=0.9, low=None, high=None, p_value=None, repeats=(5, 0))
     assert stats.verdict(comparison, None, band=0.05, alpha=0.05) == ("faster", None)
 
 
@@ -132,12 +132,12 @@ def test_a_change_must_clear_the_band_around_the_drift():
     floor, ceiling = stats.drift_band(host, 0.05)
     assert floor == pytest.approx(host.ratio * 0.95)
     assert ceiling == pytest.approx(host.ratio * 1.05)
-    explained = stats.Comparison(0.878, 0.72, 0.92, 0.001, (5, 5))  # the A/A row of issue 17
+    explained = stats.RepeatRatio(0.878, 0.72, 0.92, 0.001, (5, 5))  # the A/A row of issue 17
     assert not stats.beyond_drift(explained, host, 0.05)
-    beyond = stats.Comparison(0.5, 0.45, 0.55, 0.001, (5, 5))
+    beyond = stats.RepeatRatio(0.5, 0.45, 0.55, 0.001, (5, 5))
     assert stats.beyond_drift(beyond, host, 0.05)
     # Slower while the host ran faster: the drift does not explain it.
-    assert stats.beyond_drift(stats.Comparison(1.2, 1.1, 1.3, 0.001, (5, 5)), host, 0.05)
+    assert stats.beyond_drift(stats.RepeatRatio(1.2, 1.1, 1.3, 0.001, (5, 5)), host, 0.05)
     steady = stats.drift([300.0], [300.0])
-    assert not stats.beyond_drift(stats.Comparison(1.2, 1.04, 1.3, 0.001, (5, 5)), steady, 0.05)
-    assert stats.beyond_drift(stats.Comparison(1.2, None, None, None, (1, 1)), steady, 0.05)
+    assert not stats.beyond_drift(stats.RepeatRatio(1.2, 1.04, 1.3, 0.001, (5, 5)), steady, 0.05)
+    assert stats.beyond_drift(stats.RepeatRatio(1.2, None, None, None, (1, 1)), steady, 0.05)

@@ -129,7 +129,7 @@ def decide(found: list[Case], band: float, alpha: float) -> None:
         if result.rounds < stats.MIN_REPEATS:
             case.why = f"{result.rounds} paired rounds: a verdict needs {stats.MIN_REPEATS}"
             continue
-        comparison = stats.Comparison(
+        comparison = stats.RepeatRatio(
             result.median, result.low, result.high, result.p_value, (result.rounds,) * 2
         )
         case.verdict, case.why = stats.verdict(comparison, p, band=band / 100, alpha=alpha)

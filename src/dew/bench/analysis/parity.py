@@ -19,14 +19,14 @@ the same GFLOP), the cases say so:
     python -m dew.bench.analysis.compare parity-0905.json \\
         results/published/2026-09-05-rtx4080-9886c20-rerun.json
 
-Rows match as compare's do (`compare.match_rows`): a run row that records
+Rows match as compare's do (`matching.match_rows`): a run row that records
 condition_in_state pairs with the published row of its architecture and batch, which
 predates that setting. Any record with params and gflop_per_step per row (a replica's
 figures written as a record) serves as the reference as well.
 
 Per row: params ours / published, GFLOP/step ours / published, their difference in
 percent and our compile seconds. Parity holds (exit 0) when every row with a published
-partner has the same params and GFLOP/step within `compare.GFLOP_TOLERANCE` (0.1%); exit 1
+partner has the same params and GFLOP/step within `matching.GFLOP_TOLERANCE` (0.1%); exit 1
 otherwise, and when no row has a published partner. A row of ours without a published row
 (the architectures the seed's tables never had) is listed with its figures, and a
 published row the run did not cover is named below the table; neither decides the exit.
@@ -36,8 +36,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from dew.bench.analysis import compare
 from dew.bench.analysis import tables as report
+from dew.bench.analysis.matching import GFLOP_TOLERANCE, match_rows, same_gflop
 from dew.bench.record.schema import BenchmarkRun, StepRow
 
 
@@ -54,7 +54,7 @@ class ParityRow:
 
 def check(run: BenchmarkRun, reference: BenchmarkRun) -> list[ParityRow]:
     """One ParityRow per row of either record, in compare's order."""
-    return [_check_row(a, b, note) for a, b, note in compare.match_rows(run.rows, reference.rows)]
+    return [_check_row(a, b, note) for a, b, note in match_rows(run.rows, reference.rows)]
 
 
 def _check_row(ours: StepRow | None, published: StepRow | None, note: str | None) -> ParityRow:
@@ -92,7 +92,7 @@ def _check_row(ours: StepRow | None, published: StepRow | None, note: str | None
                     "(a case's condition_in_state)"
                 )
     ga, gb = ours.gflop_per_step, published.gflop_per_step
-    if gb is not None and (ga is None or not compare.same_gflop(ga, gb)):
+    if gb is not None and (ga is None or not same_gflop(ga, gb)):
         problems.append("no GFLOP/step recorded" if ga is None else "GFLOP/step differs")
     verdict = "; ".join(problems) or "equal"
     return ParityRow(label, ours, published, verdict, True, not problems, notes)
@@ -121,7 +121,7 @@ def render(
     """The parity table ("md" or "text"), the rows left out, the notes and the verdict."""
     style = "md" if fmt == "md" else "aligned"
     h = "### " if fmt == "md" else ""
-    tolerance = f"{compare.GFLOP_TOLERANCE * 100:g}%"
+    tolerance = f"{GFLOP_TOLERANCE * 100:g}%"
     headers = (
         "row",
         "batch",

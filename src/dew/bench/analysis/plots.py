@@ -170,7 +170,7 @@ def row_interval(row, field: str) -> tuple[float, float] | None:
 def comparison_chart(path: str | Path, rows, field: str, run_label: str, reference_label: str):
     """compare --plot: per row with both sides, the reference (a reference mark) and the
     run, each with its 95% interval where the row has samples; written atomically as PNG.
-    `rows` have .label, .run and .reference (compare.RowComparison, parity.ParityRow)."""
+    `rows` have .label, .run and .reference (comparison.RowComparison, parity.ParityRow)."""
     name = FIELD_NAMES.get(field, field)
     panels = []
     for r in rows:

@@ -11,7 +11,7 @@ between compiles of the same code; a slow minute of the host) and the steps with
   which with steps pooled would ignore the process-to-process variation that matters most
   (and with repeats alone says nothing for one repeat); so this one level of nesting is
   written here, on numpy's generator with a fixed seed (a record's interval is repeatable).
-- **Comparing two rows** (`compare_rows`): the ratio of the figures with its interval from
+- **Comparing two rows** (`repeat_ratio`): the ratio of the figures with its interval from
   the same bootstrap on both sides, and a test whose unit is the repeat: Welch's t-test
   (scipy.stats.ttest_ind, unequal variances) on the logs of the repeats' figures, one value
   per repeat, so that it speaks of ratios. Why the repeat: the steps of one process share
@@ -118,7 +118,7 @@ def noise_warnings(
 
 
 @dataclasses.dataclass(frozen=True)
-class Comparison:
+class RepeatRatio:
     """Run against reference for one row; `ratio` > 1 means the run takes longer."""
 
     ratio: float
@@ -134,7 +134,7 @@ class Comparison:
         return low, high
 
 
-def compare_rows(run: Sequence[np.ndarray], reference: Sequence[np.ndarray]) -> Comparison:
+def repeat_ratio(run: Sequence[np.ndarray], reference: Sequence[np.ndarray]) -> RepeatRatio:
     """The ratio run / reference of the rows' figures, its interval and the repeat test's p."""
     ratio = figure(run) / figure(reference)
     rng = np.random.default_rng(SEED)
@@ -142,7 +142,7 @@ def compare_rows(run: Sequence[np.ndarray], reference: Sequence[np.ndarray]) -> 
     tail = (1 - CONFIDENCE) / 2 * 100
     low, high = np.percentile(ratios, [tail, 100 - tail])
     p_value = repeat_test(run, reference)
-    return Comparison(ratio, float(low), float(high), p_value, (len(run), len(reference)))
+    return RepeatRatio(ratio, float(low), float(high), p_value, (len(run), len(reference)))
 
 
 def repeat_test(run: Sequence[np.ndarray], reference: Sequence[np.ndarray]) -> float | None:
@@ -171,7 +171,7 @@ def holm(p_values: Sequence[float | None]) -> list[float | None]:
 
 
 def verdict(
-    comparison: Comparison, adjusted_p: float | None, *, band: float, alpha: float
+    comparison: RepeatRatio, adjusted_p: float | None, *, band: float, alpha: float
 ) -> tuple[str, str | None]:
     """(`faster`|`slower`|`same`|`undecided`, why when undecided); band as a fraction."""
     low, high = comparison.low, comparison.high
@@ -239,7 +239,7 @@ def drift_band(host: Drift, band: float) -> tuple[float, float]:
     return host.ratio * (1 - band), host.ratio * (1 + band)
 
 
-def beyond_drift(comparison: Comparison, host: Drift, band: float) -> bool:
+def beyond_drift(comparison: RepeatRatio, host: Drift, band: float) -> bool:
     """Whether the ratio's whole interval (the point without one) lies beyond the band
     around the host's drift, on the side of the change."""
     low, high = comparison.span()

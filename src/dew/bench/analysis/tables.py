@@ -3,7 +3,8 @@
 step_table(rows, fmt)      the step benchmark's table, columns as in the seed
                            (compile_only=True: the --compile-only columns)
 data_table(rows, fmt)      the loader benchmark's table
-comparison(cmp, ...)       dew.bench.analysis.compare's report: stack differences, ratios, verdict
+comparison(cmp, ...)       dew.bench.analysis.comparison's report: stack differences,
+                           ratios, verdict
 table(headers, rows, fmt)  any table: "tsv" (the seed's layout), "md", or "aligned"
 
 Figures (a row with its interval, compare --plot, the site) are dew.bench.analysis.plots's.
@@ -19,8 +20,8 @@ from typing import TYPE_CHECKING
 from dew.bench.record.schema import BenchmarkRun, DataRow, StepRow
 from dew.bench.record.stack import NOT_RECORDED
 
-if TYPE_CHECKING:  # compare imports this module to print its results
-    from dew.bench.analysis.compare import Comparison
+if TYPE_CHECKING:  # the type only: printing a comparison needs none of its statistics
+    from dew.bench.analysis.comparison import Comparison
 
 FORMATS = ("tsv", "md", "aligned")
 MISSING = "—"
@@ -254,7 +255,7 @@ def _ratio_text(ratio: float | None) -> str:
 
 
 def comparison(cmp: Comparison, run: BenchmarkRun, ref: BenchmarkRun, fmt: str = "md") -> str:
-    """dew.bench.analysis.compare's report ("md" or "text"): stack, rows, notes, verdict."""
+    """dew.bench.analysis.comparison's report ("md" or "text"): stack, rows, notes, verdict."""
     style = "md" if fmt == "md" else "aligned"
     h = "### " if fmt == "md" else ""
     out = [
