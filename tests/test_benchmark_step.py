@@ -57,3 +57,60 @@ def test_one_cpu_smoke_case_end_to_end(tmp_path):
     assert names[:2] == ["imports", "trace_lower"] and names[-2:] == ["warmup", "timed"]
     assert names[2] in ("compile", "load") and "init" in names
     assert phases.startswith("# phases (s, summed over 1 rows' processes): imports ")
+
+
+# --- the row a case builds, phase by phase (dew.bench.sweep.case_run.Figures) ---------------
+
+
+def test_a_misspelt_figure_fails_at_the_line_that_writes_it():
+    from dew.bench.sweep.case_run import Figures
+
+    figures = Figures()
+    figures.compiler_peak_gib = 1.5
+    with pytest.raises(AttributeError, match="compiler_peek_gib"):
+        figures.compiler_peek_gib = 1.5  # type: ignore[attr-defined]
+
+
+def test_the_figures_are_step_row_fields_other_than_its_identity_and_status():
+    import dataclasses
+
+    from dew.bench.record.schema import StepRow
+    from dew.bench.sweep.case_run import Figures
+    from dew.bench.sweep.presets import Case
+
+    names = {field.name for field in dataclasses.fields(Figures)}
+    identity = set(Case(architecture="unet", batch=1).row_fields())
+    assert names <= set(StepRow.model_fields) - identity - {"status", "error"}
+
+
+def test_a_case_that_fails_keeps_what_it_measured_and_a_misspelling_is_named(monkeypatch):
+    from dew.bench.sweep import case_run
+    from dew.bench.sweep.presets import Case
+    from dew.bench.sweep.settings import Options
+
+    case = Case(architecture="simple_dit", batch=8)
+
+    def prepare(case, options, figures, clock):
+        figures.params, figures.gflop_per_step = 10, 1.5
+        return case_run.Prepared(case, None, None, None, figures, None)
+
+    def measure(prepared, options, figures, clock):
+        figures.ms_per_step = 5.0
+        figures.p50_msec = 5.0  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(case_run, "prepare", prepare)
+    monkeypatch.setattr(case_run, "measure", measure)
+    row = case_run.run_case(case, Options(preset="cpu-smoke"))
+    assert row.status == "failed" and "'p50_msec'" in row.error
+    assert (row.params, row.gflop_per_step, row.ms_per_step) == (10, 1.5, 5.0)
+    assert row.p50_ms is None and row.case == {"batch": 8}
+
+
+def test_a_row_from_fields_by_name_refuses_a_name_that_is_no_field():
+    from dew.bench.sweep.case_run import make_row
+    from dew.bench.sweep.presets import Case
+
+    case = Case(architecture="simple_dit", batch=8)
+    assert make_row(case, {"params": 10}, status="ok").params == 10
+    with pytest.raises(TypeError, match="parms"):
+        make_row(case, {"parms": 10}, status="ok")

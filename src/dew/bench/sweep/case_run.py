@@ -2,8 +2,10 @@
 
 preset case -> its model config -> Trainer -> ahead-of-time compile (timed) -> FLOPs from
 the optimized HLO (dew.telemetry; the custom calls it could not count, with their number)
--> init -> dev.bench.timing's windows -> the GPU window (below) -> allocator peak -> one
-`StepRow`. Whatever was measured before a failure stays in the row (`figures`).
+-> init -> dew.bench.sweep.timing's windows -> the GPU window (below) -> allocator peak
+-> one `StepRow`. The row is built phase by phase in a `Figures`, a typed object: a
+misspelt field fails at the line that writes it, and whatever was measured before a
+failure stays in the row.
 
 The GPU window: on NVIDIA GPUs, after the timed windows, one more synced window with
 dew.telemetry.nvml's sampler running (clocks, temperature, power, clocks-event reasons)
@@ -19,13 +21,15 @@ import dataclasses
 import math
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+import pydantic
 
 from dew.bench.analysis.repeats import step_repeat
 from dew.bench.common.cli import one_line
-from dew.bench.record.schema import GpuTelemetry, GpuWindow, StepRow
+from dew.bench.record.schema import GpuTelemetry, GpuWindow, StepRepeat, StepRow
 from dew.bench.runtime.phases import PhaseClock
 from dew.bench.sweep.presets import Case
 from dew.bench.sweep.settings import CACHE_OFF, Options
@@ -38,6 +42,53 @@ MIN_ENERGY_WINDOW_S = 1.0  # the energy counter moves in steps of ~10-100 ms: 1 
 SAMPLE_INTERVAL_S = 0.05  # 20 readings a second of every card
 
 
+@dataclasses.dataclass(slots=True)
+class Figures:
+    """The row of a case as its phases measure it: exactly the StepRow fields they write,
+    each None until written (what a failure leaves unmeasured). Slots: writing a field
+    that is not here, a misspelling, raises AttributeError at that line. The values are
+    validated once, when `row` makes the StepRow (an out-of-range one fails the row)."""
+
+    # prepare: the trace and lowering, the compile, the FLOP count
+    sample: str | None = None
+    batch: int | None = None
+    params: int | None = None
+    condition_params: int | None = None
+    compile_s: float | None = None
+    load_s: float | None = None
+    gflop_per_step: float | None = None
+    uncounted_custom_calls: dict[str, int] | None = None
+    cost_analysis_gflop: float | None = None
+    compiler_peak_gib: float | None = None
+    # measure: the timed windows, the allocator peak, the GPU window, the final loss
+    ms_per_step: float | None = None
+    p10_ms: float | None = None
+    p50_ms: float | None = None
+    p90_ms: float | None = None
+    repeats: list[StepRepeat] | None = None
+    samples_per_s: float | None = None
+    tokens_per_s: float | None = None
+    util: float | None = None
+    peak_gib: float | None = None
+    gpu: GpuTelemetry | None = None
+    loss: float | None = None
+    loss_finite: bool | None = None
+    note: str | None = None
+
+    def fields(self) -> dict[str, Any]:
+        """Every field by name, None where not measured (what `on_compiled` gets)."""
+        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+
+    def row(self, case: Case, status: Literal["ok", "failed"], error: str | None = None) -> StepRow:
+        """The case's row: its identity, these figures and the status. A figure out of
+        range fails the row, saying why, and keeps its identity."""
+        identity = case.row_fields()
+        try:
+            return StepRow(**identity, **self.fields(), status=status, error=error)
+        except pydantic.ValidationError as invalid:
+            return StepRow(**identity, status="failed", error=f"invalid row: {one_line(invalid)}")
+
+
 @dataclasses.dataclass
 class Prepared:
     """A case built and compiled, ready to step."""
@@ -46,7 +97,7 @@ class Prepared:
     trainer: Any
     state: Any
     batch: Any
-    figures: dict[str, Any]  # row fields known after the compile
+    figures: Figures  # the row as far as the compile measured it
     tokens_per_sample: int | None
 
 
@@ -69,9 +120,9 @@ def sample_label(config) -> str:
 
 
 def prepare(
-    case: Case, options: Options, figures: dict[str, Any], clock: PhaseClock | None = None
+    case: Case, options: Options, figures: Figures, clock: PhaseClock | None = None
 ) -> Prepared:
-    """Build the Trainer for a case and compile its step; fills `figures` as it learns them
+    """Build the Trainer for a case and compile its step; writes `figures` as it learns them
     (so a failure later in the case still reports what was measured) and times each phase
     on `clock`."""
     from dew.telemetry.instrumentation import compiled_flop_count, cost_analysis_flops
@@ -82,8 +133,8 @@ def prepare(
     clock = clock or PhaseClock()
     with clock.phase("trace_lower"):
         config = model_config(case, options.preset)
-        figures["sample"] = sample_label(config)
-        figures["batch"] = case.batch
+        figures.sample = sample_label(config)
+        figures.batch = case.batch
         # Repeats are fresh compiles (XLA may choose differently each time) unless the user
         # named a cache: then they share one executable, as the user asked.
         cache = options.compilation_cache_dir or (
@@ -100,22 +151,24 @@ def prepare(
             attention_impl=case.attention_impl or options.attention_impl or "xla",
         )
         counts = trainer.param_counts
-        figures["params"] = counts["backbone"] + counts["condition"]
-        figures["condition_params"] = counts["condition"]
+        figures.params = counts["backbone"] + counts["condition"]
+        figures.condition_params = counts["condition"]
         host_batch = trainer.example_batch(case.batch)
         lowered = trainer.lower(host_batch)
     began, start = time.time(), time.perf_counter()
     compiled = trainer.compile_lowered(lowered)
     seconds = time.perf_counter() - start
     clock.add("load" if trainer.loaded_from_cache else "compile", began, seconds)
-    figures["compile_s"] = trainer.compile_seconds  # the real compile's (whole s from the cache)
-    figures["load_s"] = trainer.load_seconds
+    figures.compile_s = trainer.compile_seconds  # the real compile's (whole s from the cache)
+    figures.load_s = trainer.load_seconds
     with clock.phase("flop_count"):
-        figures.update(flop_figures(compiled_flop_count(compiled)))  # Trainer.flops reads it
+        flops = flop_figures(compiled_flop_count(compiled))  # Trainer.flops reads it
+        figures.gflop_per_step = flops["gflop_per_step"]
+        figures.uncounted_custom_calls = flops["uncounted_custom_calls"]
         cost = cost_analysis_flops(compiled)
-        figures["cost_analysis_gflop"] = cost / 1e9 if cost is not None else None
+        figures.cost_analysis_gflop = cost / 1e9 if cost is not None else None
         peak = compiler_memory(compiled)["peak_bytes"]
-        figures["compiler_peak_gib"] = peak / GIB if peak is not None else None
+        figures.compiler_peak_gib = peak / GIB if peak is not None else None
     tokens = config.seq_len if config.objective in LM_OBJECTIVES else None
     if options.compile_only:
         return Prepared(case, trainer, None, None, figures, tokens)
@@ -134,10 +187,11 @@ def flop_figures(count) -> dict[str, Any]:
 
 
 def measure(
-    prepared: Prepared, options: Options, figures: dict[str, Any], clock: PhaseClock | None = None
-) -> dict[str, Any]:
-    """Time a prepared case and return the row's measured fields (merged into `figures`);
-    its phases (warmup, timed, GPU window, profile) go on `clock`."""
+    prepared: Prepared, options: Options, figures: Figures, clock: PhaseClock | None = None
+) -> StepRepeat:
+    """Time a prepared case, writing the row's measured fields on `figures` as it goes;
+    its phases (warmup, timed, GPU window, profile) go on `clock`. Returns the row's repeat
+    (run_case adds the phases to it)."""
     import jax
 
     from dew.telemetry.instrumentation import mfu
@@ -154,29 +208,32 @@ def measure(
     )
     batch = prepared.case.batch
     step_s = timings.ms_per_step / 1e3
-    figures["ms_per_step"] = timings.ms_per_step
-    figures.update(timings.percentiles())
-    repeat = step_repeat(timings.ms_per_step, timings.synced_ms, figures.get("compile_s"))
-    figures["repeats"] = [repeat.model_dump()]
-    figures["samples_per_s"] = batch / step_s
+    figures.ms_per_step = timings.ms_per_step
+    spread = timings.percentiles()
+    figures.p10_ms, figures.p50_ms = spread["p10_ms"], spread["p50_ms"]
+    figures.p90_ms = spread["p90_ms"]
+    repeat = step_repeat(timings.ms_per_step, timings.synced_ms, figures.compile_s)
+    figures.repeats = [repeat]
+    figures.samples_per_s = batch / step_s
     if prepared.tokens_per_sample:
-        figures["tokens_per_s"] = batch * prepared.tokens_per_sample / step_s
+        figures.tokens_per_s = batch * prepared.tokens_per_sample / step_s
     devices = list(prepared.trainer.mesh.devices.flat)
-    flops = figures.get("gflop_per_step")  # per device, like the peak it is divided by
+    flops = figures.gflop_per_step  # per device, like the peak it is divided by
     kind = devices[0].device_kind
-    figures["util"] = mfu(flops * 1e9 if flops is not None else None, step_s, kind)
+    figures.util = mfu(flops * 1e9 if flops is not None else None, step_s, kind)
     local = [d for d in devices if d.process_index == jax.process_index()]
     peaks = [peak_bytes_in_use(d) for d in local]
-    figures["peak_gib"] = max(peaks) / GIB if None not in peaks else None
+    figures.peak_gib = max(peaks) / GIB if None not in peaks else None
     began, start = time.time(), time.perf_counter()
-    state, figures["gpu"] = gpu_window(prepared, state, options, local)
-    if figures["gpu"].window_steps:  # a window ran (an NVIDIA GPU)
+    state, gpu = gpu_window(prepared, state, options, local)
+    figures.gpu = gpu
+    if gpu.window_steps:  # a window ran (an NVIDIA GPU)
         clock.add("gpu_window", began, time.perf_counter() - start)
     loss = float(metrics["train/loss"])
-    figures["loss"] = loss if math.isfinite(loss) else None
-    figures["loss_finite"] = math.isfinite(loss)
+    figures.loss = loss if math.isfinite(loss) else None
+    figures.loss_finite = math.isfinite(loss)
     if not math.isfinite(loss):  # the timing stands; the row says the model diverged
-        figures["note"] = f"the final loss is {loss}"
+        figures.note = f"the final loss is {loss}"
 
     if options.profile_dir:
         directory = Path(options.profile_dir) / profile_name(prepared.case)
@@ -185,7 +242,7 @@ def measure(
                 state, metrics = prepared.trainer.step(state, prepared.batch)
             block((state, metrics))
     prepared.state = state
-    return figures
+    return repeat
 
 
 def gpu_window(
@@ -319,35 +376,34 @@ def run_case(
 ) -> StepRow:
     """One case in this process: a row, `ok` or `failed` with a one-line error.
 
-    `on_compiled(figures)` is called once the step is compiled and the state initialised,
-    with what is known then; it may block (a child waits there for its turn to be timed).
-    The row's repeat carries the phases timed on `clock`.
+    `on_compiled(fields)` is called once the step is compiled and the state initialised,
+    with what is known then (`Figures.fields`: a plain dict, it crosses a pipe); it may
+    block (a child waits there for its turn to be timed). The row's repeat carries the
+    phases timed on `clock`.
     """
-    figures: dict[str, Any] = {}
+    figures = Figures()
     clock = clock or PhaseClock()
     try:
         prepared = prepare(case, options, figures, clock)
         if on_compiled is not None:
-            on_compiled(dict(figures))
+            on_compiled(figures.fields())
         if not options.compile_only:
-            measure(prepared, options, figures, clock)
-            figures["repeats"][0]["phases"] = clock.dump()
+            repeat = measure(prepared, options, figures, clock)
+            repeat.phases = list(clock.phases)
     except Exception as error:
-        return make_row(case, figures, status="failed", error=one_line(error))
-    refused = gpu_verdict(figures.get("gpu"))
+        return figures.row(case, status="failed", error=one_line(error))
+    refused = gpu_verdict(figures.gpu)
     if refused:
-        return make_row(case, figures, status="failed", error=refused)
-    return make_row(case, figures, status="ok")
+        return figures.row(case, status="failed", error=refused)
+    return figures.row(case, status="ok")
 
 
-def make_row(case: Case, figures: dict[str, Any], **status: Any) -> StepRow:
-    """The case's row from what was measured; a figure out of range fails the row, saying
-    why, and keeps its identity."""
-    identity = case.row_fields()
-    try:
-        return StepRow(**{**identity, **figures, **status})
-    except Exception as error:
-        return StepRow(**identity, status="failed", error=f"invalid row: {one_line(error)}")
+def make_row(case: Case, figures: Figures | Mapping[str, Any], **status: Any) -> StepRow:
+    """`Figures.row` of what was measured, given as a Figures or as its fields by name (what
+    `on_compiled` got: a name that is not a field raises TypeError here)."""
+    if not isinstance(figures, Figures):
+        figures = Figures(**figures)
+    return figures.row(case, **status)
 
 
 def profile_name(case: Case) -> str:
