@@ -1,13 +1,19 @@
 """tools/benchmark_data.py keeps its raw samples and measures --repeats N in N processes:
 every row holds its per-batch intervals and a 95% interval (schema 2); --repeats 2 runs
 two child processes and the row is their median; a bad --repeats, bad input found in a
-child and a child that dies are each one line."""
+child, a child that dies and a child past its deadline (killed with its workers) are each
+one line."""
 
-import subprocess
+import os
+import sys
+import threading
+import time
 
+import psutil
 import pytest
 
 from dew.bench.loader import benchmark_data as data
+from dew.bench.loader import measure
 from dew.bench.loader.benchmark_data import main, measure_loader
 from dew.bench.record.schema import SCHEMA_VERSION, BenchmarkRun, DataRow, read_run
 from dew.data.spec import SyntheticImages
@@ -16,11 +22,11 @@ from dew.data.spec import SyntheticImages
 # process costs its imports (~3 s), not the loading.
 FAST = ["--data.loading.workers", "0", "--data.loading.threads", "0", "--idle-check", "off"]
 TINY = ["--batch", "2", "--steps", "4", "--warmup", "1", *FAST]
-REAL_RUN = subprocess.run  # the record's environment capture runs git: only a child is faked
+REAL_SPAWN = measure.spawn  # every repeat's process starts there
 
 
 def is_child(command) -> bool:
-    return list(command[-3:]) == ["-m", "dew.bench.loader.benchmark_data", "--child"]
+    return list(command[-2:]) == ["-m", "dew.bench.loader.measure"]
 
 
 def one_error_line(capsys) -> str:
@@ -45,11 +51,11 @@ def test_a_row_keeps_its_per_batch_intervals():
 
 
 def test_one_repeat_runs_in_this_process_and_writes_schema_2(tmp_path, monkeypatch, capsys):
-    def no_child(command, *args, **kwargs):
+    def no_child(name, command, *args, **kwargs):
         assert not is_child(command), "--repeats 1 must not start a process"
-        return REAL_RUN(command, *args, **kwargs)
+        return REAL_SPAWN(name, command, *args, **kwargs)
 
-    monkeypatch.setattr(data.subprocess, "run", no_child)
+    monkeypatch.setattr(measure, "spawn", no_child)
     out = tmp_path / "data.json"
     argv = ["data:synthetic-images", "--data.num-records", "8", *TINY, "--json-out", str(out)]
     assert main(argv) == 0
@@ -65,12 +71,12 @@ def test_one_repeat_runs_in_this_process_and_writes_schema_2(tmp_path, monkeypat
 def test_two_repeats_are_two_processes(prepared_synthetic, tmp_path, monkeypatch, capsys):
     children = []
 
-    def counting_run(command, *args, **kwargs):
+    def counting_spawn(name, command, *args, **kwargs):
         if is_child(command):
             children.append(command)
-        return REAL_RUN(command, *args, **kwargs)
+        return REAL_SPAWN(name, command, *args, **kwargs)
 
-    monkeypatch.setattr(data.subprocess, "run", counting_run)
+    monkeypatch.setattr(measure, "spawn", counting_spawn)
     out = tmp_path / "data.json"
     argv = ["data:synthetic-images", "--data.path", str(prepared_synthetic), *TINY]
     assert main(argv + ["--repeats", "2", "--json-out", str(out)]) == 0
@@ -113,18 +119,74 @@ def test_bad_input_found_in_a_child_is_one_line(prepared_synthetic, tmp_path, ca
     assert not out.exists()
 
 
-def test_a_child_that_dies_is_one_line_and_exit_1(tmp_path, monkeypatch, capsys):
-    def killed(command, *args, **kwargs):
-        if not is_child(command):
-            return REAL_RUN(command, *args, **kwargs)
-        return subprocess.CompletedProcess(command, -9, stdout="", stderr="loading\nKilled\n")
+# A repeat's process that says what it was doing on stderr, then is killed (the OOM killer).
+DIES = "import os, sys; print('loading'); print('Killed', file=sys.stderr, flush=True); " \
+    "os.kill(os.getpid(), 9)"  # fmt: skip
+# One that starts a worker (in its process group), writes both pids, then stops: a hang.
+HANGS = """
+import os, signal, subprocess, sys
+worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+open(sys.argv[1], "w").write(f"{os.getpid()} {worker.pid}")
+os.kill(os.getpid(), signal.SIGSTOP)
+"""
 
-    monkeypatch.setattr(data.subprocess, "run", killed)
+
+def test_a_child_that_dies_is_one_line_and_exit_1(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(measure, "CHILD", [sys.executable, "-c", DIES])
     out = tmp_path / "data.json"
     argv = ["data:synthetic-images", *TINY, "--repeats", "2", "--json-out", str(out)]
     assert main(argv) == 1
     assert one_error_line(capsys) == "repeat 1 of 2: the loader's process died of SIGKILL: Killed"
     assert not out.exists()
+
+
+def test_a_child_past_its_deadline_is_killed_with_its_workers_and_one_line(
+    tmp_path, monkeypatch, capsys
+):
+    pids = tmp_path / "pids"
+    monkeypatch.setattr(measure, "CHILD", [sys.executable, "-c", HANGS, str(pids)])
+    real = measure.measure_in_child
+
+    def short(*args, **kwargs):
+        return real(*args, **kwargs, timeout_s=3)
+
+    monkeypatch.setattr(data, "measure_in_child", short)
+    out = tmp_path / "data.json"
+    argv = ["data:synthetic-images", *TINY, "--repeats", "2", "--json-out", str(out)]
+    start = time.monotonic()
+    # Should the deadline not work, the stopped child is killed at 60 s: the test then fails
+    # (a death, not a timeout) rather than hang.
+    watchdog = threading.Timer(60, lambda: os.killpg(int(pids.read_text().split()[0]), 9))
+    watchdog.start()
+    try:
+        assert main(argv) == 1
+    finally:
+        watchdog.cancel()
+    assert time.monotonic() - start < 60  # not the 30 min default
+    assert one_error_line(capsys) == (
+        "repeat 1 of 2: the loader's process timed out after 3 s in the repeat, waiting for its row"
+    )
+    assert not out.exists()
+    child, worker = (int(pid) for pid in pids.read_text().split())
+    assert _gone(child)  # reaped
+    waited = time.monotonic() + 10  # a SIGKILL to its group reaches the worker soon after
+    while not _gone(worker) and time.monotonic() < waited:
+        time.sleep(0.05)
+    assert _gone(worker), "the repeat's worker outlived it"
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_a_repeat_has_a_deadline_by_default():
+    import inspect
+
+    default = inspect.signature(measure.measure_in_child).parameters["timeout_s"].default
+    assert default == measure.protocol.LOADER_REPEAT_S == 30 * 60
 
 
 def test_the_repeat_in_this_process_has_a_host_probe_reading_taken_before_it(monkeypatch):

@@ -9,13 +9,13 @@ often a queue read: the loader then shows in the p95. Every row keeps its raw sa
 per-batch intervals, one `DataRepeat` per process) and its 95% interval
 (dew.bench.analysis.repeats).
 
---repeats N measures the configuration in N fresh processes in a row (`python -m
-dew.bench.loader.benchmark_data --child`, a JSON job on stdin, the row on stdout after
-ROW_MARKER), each
-with its own worker start-up; the row's figures are then medians over the N with their
-interval and noise warnings. The step tool interleaves its cases round-robin; this tool
-measures one configuration per invocation, so its rounds are just the N processes one
-after another. With N = 1 it measures in this process, as before.
+--repeats N measures the configuration in N fresh processes in a row
+(dew.bench.loader.measure.measure_in_child: its job, notices and row over
+dew.bench.runtime.protocol; a repeat past 30 min is killed with its workers and fails the
+run in one line), each with its own worker start-up; the row's figures are then medians
+over the N with their interval and noise warnings. The step tool interleaves its cases
+round-robin; this tool measures one configuration per invocation, so its rounds are just
+the N processes one after another. With N = 1 it measures in this process, as before.
 
 Before measuring, the idle-host check of the step tool (dew.bench.runtime.idle, --idle-check
 error|warn|off; its readings are the record's idle_check); with repeats, a 1 s reading
@@ -42,26 +42,27 @@ import json
 import os
 import re
 import shlex
-import signal
-import subprocess
 import sys
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Literal
 
-import numpy as np
 import pydantic
 import tyro
 
-from dew.bench.analysis.repeats import DIGITS, summarize_data, with_host_readings
+from dew.bench.analysis.repeats import summarize_data, with_host_readings
 from dew.bench.common import cli
 from dew.bench.common.cli import UsageError
 from dew.bench.common.files import check_input_file, check_output_file
+from dew.bench.loader.measure import (
+    RepeatFailed,
+    measure_in_child,
+    measure_loader,
+    print_notice,
+)
 from dew.bench.record.schema import (
     SCHEMA_VERSION,
     BenchmarkRun,
-    DataRepeat,
     DataRow,
     Settings,
     StepRow,
@@ -69,80 +70,16 @@ from dew.bench.record.schema import (
     write_run,
 )
 from dew.bench.runtime import hostprobe
-from dew.bench.runtime.lifeline import exit_with
-from dew.data.pipeline import make_source, open_batches
-from dew.data.spec import DATASETS, DatasetSpec, OxfordFlowers, SyntheticImages
+from dew.data.pipeline import make_source
+from dew.data.spec import DATASETS, OxfordFlowers, SyntheticImages
 
 PROG = "benchmark_data"
-ROW_MARKER = "DEW_DATA_ROW "  # prefix of the line a child prints its row on
-NOTICE_MARKER = "DEW_DATA_NOTICE "  # ... a notice (a capped worker count) on
-ERROR_MARKER = "DEW_DATA_ERROR "  # ... and bad input (an unreadable record) on, as JSON
-
-
-def _notice(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
-
-
-def measure_loader(
-    spec: DatasetSpec, batch: int, steps: int, warmup: int, *, notify=_notice
-) -> DataRow:
-    """One DataRow for `spec` (its Loading capped to this machine, with a notice), holding
-    its per-batch intervals as one repeat."""
-    if batch < 1 or steps < 1 or warmup < 0:
-        raise ValueError(
-            f"need batch >= 1, steps >= 1, warmup >= 0; got batch={batch} steps={steps} "
-            f"warmup={warmup}"
-        )
-    spec.check()
-    start = time.perf_counter()
-    source = make_source(spec)
-    loading, notices = spec.loading.capped_to_machine()
-    for notice in notices:
-        notify(notice)
-    spec = spec.model_copy(update={"loading": loading})
-    with open_batches(spec, batch, source=source) as batches:
-        next(batches)
-        first_batch_s = time.perf_counter() - start
-        for _ in range(warmup - 1):
-            next(batches)
-        intervals = np.empty(steps)
-        last = time.perf_counter()
-        for i in range(steps):
-            next(batches)
-            now = time.perf_counter()
-            intervals[i] = now - last
-            last = now
-    samples_per_s = steps * batch / float(intervals.sum())
-    row = DataRow(
-        status="ok",
-        dataset=spec.name,
-        batch=batch,
-        image_size=spec.image_size,
-        workers=loading.workers,
-        threads=loading.threads,
-        steps=steps,
-        warmup=warmup,
-        samples_per_s=samples_per_s,
-        p50_ms=float(np.percentile(intervals, 50) * 1e3),
-        p95_ms=float(np.percentile(intervals, 95) * 1e3),
-        first_batch_s=first_batch_s,
-    )
-    repeat = DataRepeat(
-        samples_per_s=samples_per_s,
-        intervals_ms=[round(float(value) * 1e3, DIGITS) for value in intervals],
-        first_batch_s=first_batch_s,
-    )
-    return summarize_data(row, [repeat])
 
 
 # --- repeats: each a fresh process -------------------------------------------------------------
 
 
-class RepeatFailed(Exception):
-    """A repeat's process died (not bad input): one line, exit 1."""
-
-
-def measure_repeats(args: Args, *, notify=_notice) -> DataRow:
+def measure_repeats(args: Args, *, notify=print_notice) -> DataRow:
     """The configuration's row over `args.repeats` processes (this one when 1)."""
     if args.repeats == 1:
         probe = hostprobe.measure()
@@ -154,7 +91,13 @@ def measure_repeats(args: Args, *, notify=_notice) -> DataRow:
         probe = hostprobe.measure()  # after the idle reading, right before the repeat
         # The notices (capped workers) are the same in every process: shown once.
         try:
-            row = measure_in_child(args, notify=notify if index == 1 else lambda line: None)
+            row = measure_in_child(
+                args.data,
+                args.batch,
+                args.steps,
+                args.warmup,
+                notify=notify if index == 1 else lambda line: None,
+            )
         except RepeatFailed as error:
             raise RepeatFailed(f"repeat {index} of {args.repeats}: {error}") from None
         row = with_host_readings(row, busy, probe)
@@ -172,62 +115,6 @@ def _busy(mode: str) -> str | None:
 
     check = None if mode == "off" else idle.sample("warn", window_s=1.0)
     return None if check is None or check.idle else "; ".join(check.reasons) or "busy"
-
-
-def measure_in_child(args: Args, *, notify=_notice) -> DataRow:
-    """One repeat in a fresh process; its bad input raises UsageError, a crash RepeatFailed."""
-    job = {
-        "dataset": args.data.name,
-        "spec": args.data.model_dump(mode="json"),
-        "batch": args.batch,
-        "steps": args.steps,
-        "warmup": args.warmup,
-        "parent_pid": os.getpid(),
-    }
-    process = subprocess.run(
-        [sys.executable, "-m", "dew.bench.loader.benchmark_data", "--child"],
-        input=json.dumps(job),
-        capture_output=True,
-        text=True,
-    )
-    for line in process.stdout.splitlines():
-        if line.startswith(NOTICE_MARKER):
-            notify(line[len(NOTICE_MARKER) :])
-        elif line.startswith(ERROR_MARKER):
-            raise UsageError(json.loads(line[len(ERROR_MARKER) :]))
-        elif line.startswith(ROW_MARKER):
-            return DataRow.model_validate_json(line[len(ROW_MARKER) :])
-    if process.returncode < 0:
-        error = f"the loader's process died of {signal.Signals(-process.returncode).name}"
-    else:
-        error = f"the loader's process exited {process.returncode}"
-    last = [line for line in process.stderr.splitlines() if line.strip()]
-    raise RepeatFailed(error + (f": {last[-1].strip()[:300]}" if last else ""))
-
-
-def child_main() -> int:
-    """Entry of a repeat's process: a job on stdin, its row on stdout after ROW_MARKER."""
-    job = json.loads(sys.stdin.read())
-    exit_with(job["parent_pid"])
-
-    def emit(marker: str, text: str) -> None:
-        sys.stdout.write("\n" + marker + text + "\n")  # own line, whatever a worker printed
-        sys.stdout.flush()
-
-    spec = DATASETS[job["dataset"]].model_validate(job["spec"])
-    try:
-        row = measure_loader(
-            spec,
-            job["batch"],
-            job["steps"],
-            job["warmup"],
-            notify=lambda line: emit(NOTICE_MARKER, line),
-        )
-    except ValueError as error:  # DataError included: the parent's one line
-        emit(ERROR_MARKER, json.dumps(str(error)))
-        return cli.EXIT_USAGE
-    emit(ROW_MARKER, row.model_dump_json())
-    return cli.EXIT_OK
 
 
 def _spatial(sample: str | None) -> tuple[int, int] | None:
@@ -444,5 +331,5 @@ def main(argv: list[str] | None = None) -> int:
     return cli.run(PROG, lambda: run(parse_args(argv), argv))
 
 
-if __name__ == "__main__":  # `--child`: one repeat's process (measure_in_child)
-    sys.exit(child_main() if sys.argv[1:] == ["--child"] else main())
+if __name__ == "__main__":
+    sys.exit(main())
