@@ -1,15 +1,32 @@
-"""What differs between the stacks of two records: packages, driver, device, container,
-environment flags, JAX config, commit and settings (compare's first table, and what
---resume checks before it continues a record)."""
+"""A stack, and what differs between two: the commit, the device, the driver, the packages,
+the container, the environment flags, the JAX config and the settings, read from a record's
+JSON (plain dicts).
+
+The one notion of a stack's identity and differences, for every reader:
+- `stack_identity(a, b)`: what must be equal for rows to share one record (--resume);
+- `stack_differences(run, ref)`: compare's first table, and what only one side recorded;
+- `rebuild_differences(environment, image, gpu_here)`: what of a record's stack a rebuilt
+  image and this host do not match (`nox -s reproduce`);
+- `stack_parts(record, commit_here)`: which parts of a record's stack a clone can match;
+- `recorded_variant(record)`, `package_differences(recorded, here)`.
+
+Standard library only: the noxfile and docker/ use it before any environment exists. A
+record is its JSON; a pydantic record is dumped to it at the door (`_plain`).
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import re
-
-from dew.bench.record.schema import BenchmarkRun
+from collections.abc import Callable
+from typing import Any
 
 NOT_RECORDED = "not recorded"  # a field the older record lacks, as every table shows it
+# The container fields compare lists, and those a rebuilt image is held against.
+COMPARED_CONTAINER = ("engine", "image_id", "base_image_digest", "lock_sha256")
+REBUILT_CONTAINER = ("lock_sha256", "dockerfile_sha256", "variant", "base_image_digest")
+# The settings whose difference makes two records' rows measure different things.
+COMPARED_SETTINGS = ("preset", "steps", "warmup", "dtype", "mesh", "optimizer")
 
 
 @dataclasses.dataclass
@@ -27,6 +44,29 @@ def _show(value) -> str:
     return str(value)
 
 
+def _at(mapping: Any, *path: str) -> Any:
+    """mapping[path[0]][path[1]]...; None where a step is missing or null."""
+    for key in path:
+        if not isinstance(mapping, dict):
+            return None
+        mapping = mapping.get(key)
+    return mapping
+
+
+def _plain(part: Any) -> dict:
+    """A record's part as its JSON: a dict as it is, a pydantic model dumped."""
+    if hasattr(part, "model_dump"):
+        return part.model_dump(mode="json")
+    return part or {}
+
+
+def _parts(record: Any) -> tuple[dict, dict]:
+    """(environment, settings) of a record: its JSON, or a pydantic record."""
+    if isinstance(record, dict):
+        return _plain(record.get("environment")), _plain(record.get("settings"))
+    return _plain(record.environment), _plain(record.settings)
+
+
 def same_device(a: str, b: str) -> bool:
     """'NVIDIA GeForce RTX 4080' and 'RTX 4080' name the same card."""
     x, y = (re.sub(r"nvidia|geforce|[\s_-]", "", kind.lower()) for kind in (a, b))
@@ -38,10 +78,87 @@ def _same_commit(a: str, b: str) -> bool:
     return a.startswith(b) or b.startswith(a)
 
 
-def stack_differences(
-    run: BenchmarkRun, ref: BenchmarkRun
-) -> tuple[list[StackDifference], list[str]]:
-    """What differs between the two stacks, and what only one side recorded."""
+# --- one record's stack --------------------------------------------------------------------
+
+
+def stack_identity(a: dict, b: dict) -> list[tuple[str, Any, Any]]:
+    """What must be equal for two sets of rows to share one record's environment: (what,
+    a's, b's) for two environments (a record's `environment`)."""
+
+    def identity(env: dict) -> dict[str, Any]:
+        devices = env.get("devices")
+        return {
+            "device": None if devices is None else
+            (devices.get("platform"), devices.get("kind"), devices.get("count")),
+            "driver": env.get("driver_version"),
+            "commit": _at(env, "code", "commit"),
+            "package set": env.get("packages"),
+            "python": env.get("python"),
+            "set of environment flags": env.get("env_flags"),
+        }  # fmt: skip
+
+    ia, ib = identity(a), identity(b)
+    return [(what, ia[what], ib[what]) for what in ia]
+
+
+def recorded_variant(record: dict) -> str:
+    """The lock a record's stack was built from (locks/<variant>.txt): the container's, else
+    cuda13 for a GPU run and cpu for the rest."""
+    environment = record.get("environment") or {}
+    container = environment.get("container") or {}
+    on_gpu = ((environment.get("devices") or {}).get("platform") or "") in ("gpu", "cuda")
+    return container.get("variant") or ("cuda13" if on_gpu else "cpu")
+
+
+def stack_parts(record: dict, commit_here: Callable[[str], bool]) -> tuple[list[str], list[str]]:
+    """Which parts of the record's stack a clone can match, and which not (one line each):
+    what `nox -s reproduce` says before it runs or refuses. `commit_here(commit)` says
+    whether the clone has the commit."""
+    environment = record.get("environment") or {}
+    code = environment.get("code") or {}
+    container = environment.get("container") or {}
+    settings = record.get("settings") or {}
+    matched, unmatched = [], []
+    commit = code.get("commit")
+    if not commit:
+        unmatched.append("commit: not recorded")
+    elif not commit_here(commit):
+        unmatched.append(f"commit {commit}: not in this clone")
+    else:
+        matched.append(f"commit {commit}: in this clone")
+    if code.get("dirty"):
+        unmatched.append("code: the tree was dirty; the change is not in the record")
+    elif code.get("dirty") is None:
+        unmatched.append("code: whether the tree was dirty is not recorded")
+    if not container:
+        unmatched.append("container: none recorded (no image, lock hash, Dockerfile or base)")
+    for name in ("lock_sha256", "dockerfile_sha256", "base_image_digest"):
+        if container and not container.get(name):
+            unmatched.append(f"container {name}: not recorded")
+    if container.get("base_rebuild"):
+        matched.append(f"base: {container['base_rebuild']}")
+    packages = environment.get("packages") or {}
+    if packages:
+        pins = ", ".join(f"{k} {v}" for k, v in sorted(packages.items()) if v)
+        matched.append(f"packages (as recorded, checkable against a lock): {pins}")
+    steps = [
+        f"{k}={settings[k]}" for k in ("preset", "steps", "warmup", "dtype") if settings.get(k)
+    ]
+    rows = len(record.get("rows") or [])
+    if steps:
+        matched.append(f"settings: {', '.join(steps)}, {rows} rows")
+    devices = environment.get("devices") or {}
+    if devices.get("kind"):
+        matched.append(f"device: {devices['kind']} x{devices.get('count') or '?'} (your host's)")
+    return matched, unmatched
+
+
+# --- two stacks ------------------------------------------------------------------------------
+
+
+def stack_differences(run: Any, ref: Any) -> tuple[list[StackDifference], list[str]]:
+    """What differs between the two records' stacks, and what only one side recorded.
+    Records as their JSON (dicts); a pydantic record is dumped first."""
     diffs: list[StackDifference] = []
     unknown: list[str] = []
 
@@ -53,40 +170,79 @@ def stack_differences(
         elif not same(a, b):
             diffs.append(StackDifference(what, _show(a), _show(b)))
 
-    ea, eb = run.environment, ref.environment
-    ca, cb = ea.code, eb.code
-    known("commit", ca and ca.commit, cb and cb.commit, _same_commit)
-    known("dirty tree", ca and ca.dirty, cb and cb.dirty)
-    da, db = ea.devices, eb.devices
-    known("device", da and da.kind, db and db.kind, same_device)
-    known("device count", da and da.count, db and db.count)
+    (ea, sa), (eb, sb) = _parts(run), _parts(ref)
+    known("commit", _at(ea, "code", "commit"), _at(eb, "code", "commit"), _same_commit)
+    known("dirty tree", _at(ea, "code", "dirty"), _at(eb, "code", "dirty"))
+    known("device", _at(ea, "devices", "kind"), _at(eb, "devices", "kind"), same_device)
+    known("device count", _at(ea, "devices", "count"), _at(eb, "devices", "count"))
     close = lambda x, y: abs(x - y) < 0.5  # GiB as a tool or a spec sheet rounds them
-    known("device memory GiB", da and da.memory_gib, db and db.memory_gib, close)
-    known("driver", ea.driver_version, eb.driver_version)
-    known("CUDA", ea.cuda_version, eb.cuda_version)
-    known("cuDNN", ea.cudnn_version, eb.cudnn_version)
-    known("python", ea.python, eb.python)
-    pa, pb = ea.packages or {}, eb.packages or {}
+    memory = [_at(env, "devices", "memory_gib") for env in (ea, eb)]
+    known("device memory GiB", *memory, close)
+    known("driver", ea.get("driver_version"), eb.get("driver_version"))
+    known("CUDA", ea.get("cuda_version"), eb.get("cuda_version"))
+    known("cuDNN", ea.get("cudnn_version"), eb.get("cudnn_version"))
+    known("python", ea.get("python"), eb.get("python"))
+    pa, pb = ea.get("packages") or {}, eb.get("packages") or {}
     for name in sorted(set(pa) | set(pb)):
         known(f"package {name}", pa.get(name), pb.get(name))
-    ta, tb = ea.container, eb.container
-    for field in ("engine", "image_id", "base_image_digest", "lock_sha256"):
-        known(f"container {field}", ta and getattr(ta, field), tb and getattr(tb, field))
+    for field in COMPARED_CONTAINER:
+        known(f"container {field}", _at(ea, "container", field), _at(eb, "container", field))
     # Env flags: a flag set on one side and unset (or unrecorded) on the other is a
     # difference in how the run ran, so every one is listed.
-    fa, fb = ea.env_flags, eb.env_flags
+    fa, fb = ea.get("env_flags"), eb.get("env_flags")
     if fa is not None or fb is not None:
         for name in sorted(set(fa or {}) | set(fb or {})):
             a = (fa or {}).get(name, "unset" if fa is not None else NOT_RECORDED)
             b = (fb or {}).get(name, "unset" if fb is not None else NOT_RECORDED)
             if a != b:
                 diffs.append(StackDifference(f"env {name}", a, b))
-    ja, jb = ea.jax_config or {}, eb.jax_config or {}
+    ja, jb = ea.get("jax_config") or {}, eb.get("jax_config") or {}
     for name in sorted(set(ja) & set(jb)):
         known(f"jax config {name}", ja[name], jb[name])
-    sa, sb = run.settings, ref.settings
-    for field in ("preset", "steps", "warmup", "dtype", "mesh", "optimizer"):
-        a, b = getattr(sa, field), getattr(sb, field)
+    for field in COMPARED_SETTINGS:
+        a, b = sa.get(field), sb.get(field)
         if a is not None and b is not None and a != b:
             diffs.append(StackDifference(f"setting {field}", _show(a), _show(b)))
     return diffs, unknown
+
+
+def rebuild_differences(
+    environment: dict, image: dict, gpu_here: Callable[[], tuple[str, str]]
+) -> list[str]:
+    """What of a record's stack (its `environment`) a rebuilt image and this host do not
+    match, one line each. `image` is the image's part of environment.container
+    (REBUILT_CONTAINER); `gpu_here()` the (name, driver) of this host's GPU, "" for none,
+    asked only when the record ran on a GPU."""
+    lines = []
+    container = environment.get("container") or {}
+    if not container:
+        lines.append("the record ran outside any image: the lock and Dockerfile are its commit's")
+    for name in REBUILT_CONTAINER:
+        recorded, value = container.get(name), image.get(name)
+        if recorded and value and recorded != value:
+            lines.append(f"{name}: the record's {recorded[:24]}, the image's {value[:24]}")
+    devices = environment.get("devices") or {}
+    if devices.get("platform") == "gpu":
+        name, driver = gpu_here()
+        if devices.get("kind") and devices["kind"].lower() not in name.lower():
+            lines.append(f"GPU: the record ran on {devices['kind']}, here {name or 'none'}")
+        if environment.get("driver_version") and environment["driver_version"] != driver:
+            lines.append(
+                f"driver: the record's {environment['driver_version']}, here {driver or 'none'}"
+            )
+    return lines
+
+
+def package_differences(recorded: list[str] | None, here: list[str] | None) -> list[str]:
+    """`name: recorded -> here` for every package that differs between two name=version
+    lists (a base's packages)."""
+
+    def versions(items):
+        return dict(item.partition("=")[::2] for item in items or [])
+
+    a, b = versions(recorded), versions(here)
+    return [
+        f"{name}: {a.get(name, 'absent')} -> {b.get(name, 'absent')}"
+        for name in sorted(set(a) | set(b))
+        if a.get(name) != b.get(name)
+    ]

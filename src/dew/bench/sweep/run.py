@@ -29,6 +29,7 @@ from dew.bench.record.schema import (
     read_run,
     write_run,
 )
+from dew.bench.record.stack import stack_identity
 from dew.bench.runtime import hostprobe
 from dew.bench.runtime.progress import Progress
 from dew.bench.sweep.presets import Case
@@ -72,29 +73,13 @@ def check_same_measurement(
                 f"--resume: {path} was measured with {name}={then!r}, this run has "
                 f"{now[name]!r}; rerun with the same settings or write a new --json-out"
             )
-    for what, then, here in stack_identity(previous.environment, environment):
+    dumped = [env.model_dump(mode="json") for env in (previous.environment, environment)]
+    for what, then, here in stack_identity(*dumped):
         if then != here:
             raise UsageError(
                 f"--resume: {path} was measured on another {what} ({then} here {here}); "
                 "write a new --json-out"
             )
-
-
-def stack_identity(a: Environment, b: Environment) -> list[tuple[str, Any, Any]]:
-    """What must be equal for two sets of rows to share one record's environment."""
-
-    def devices(env: Environment) -> Any:
-        d = env.devices
-        return None if d is None else (d.platform, d.kind, d.count)
-
-    return [
-        ("device", devices(a), devices(b)),
-        ("driver", a.driver_version, b.driver_version),
-        ("commit", a.code and a.code.commit, b.code and b.code.commit),
-        ("package set", a.packages, b.packages),
-        ("python", a.python, b.python),
-        ("set of environment flags", a.env_flags, b.env_flags),
-    ]
 
 
 def merged_cases(previous: BenchmarkRun | None, cases: Sequence[Case]) -> list[Case]:
