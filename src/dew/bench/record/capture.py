@@ -25,6 +25,7 @@ from typing import Any
 import psutil
 
 from dew.bench.common.files import REPO_ROOT
+from dew.bench.common.units import GIB
 from dew.bench.record.schema import (
     Code,
     Container,
@@ -35,8 +36,6 @@ from dew.bench.record.schema import (
     Scheduler,
     is_recordable_env_flag,
 )
-
-GIB = 1024**3
 
 # The packages whose versions decide the numbers; always listed (null when absent).
 CORE_PACKAGES = (

@@ -30,11 +30,11 @@ from typing import Literal
 import psutil
 
 from dew.bench.common import cli
+from dew.bench.common.units import GIB
 from dew.bench.record.schema import GpuReading, IdleCheck, ProcessReading
 
 PROG = "python -m dew.bench.runtime.idle"
 MODES = ("error", "warn", "off")
-GIB = 1024**3
 
 
 @dataclasses.dataclass(frozen=True)
