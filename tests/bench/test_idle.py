@@ -1,4 +1,5 @@
-"""The idle-host check against real processes: a CPU burner and a sleeper.
+"""The idle-host check against real processes: a CPU burner and a sleeper; and its GPU
+readings with NVML replaying a busy card.
 
 The machine running the tests may be shared, so "quiet" is judged on watched processes
 (a sleeping child) rather than the whole host; "busy" holds host-wide, because a burner
@@ -79,6 +80,52 @@ def test_warn_mode_measures_anyway_and_says_so(burner, capsys):
     err = capsys.readouterr().err
     assert err.startswith("warning: host is not idle") and err.count("\n") == 1
     assert f"pid {burner.pid} " in err
+
+
+@pytest.fixture
+def busy_card(monkeypatch):
+    """pynvml answering as one card 80% busy, running a compute process of another host's
+    container (a pid no process here has); `calls` lists NVML's init and shutdown."""
+    import pynvml
+
+    calls = []
+    process = type("Process", (), {"pid": 2**22 + 7})
+    answers = {
+        "nvmlInit": lambda: calls.append("init"),
+        "nvmlShutdown": lambda: calls.append("shutdown"),
+        "nvmlDeviceGetCount": lambda: 1,
+        "nvmlDeviceGetHandleByIndex": lambda index: f"card {index}",
+        "nvmlDeviceGetUtilizationRates": lambda handle: type("Rates", (), {"gpu": 80}),
+        "nvmlDeviceGetMemoryInfo": lambda handle: type("Memory", (), {"used": 3 * 2**30}),
+        "nvmlDeviceGetComputeRunningProcesses": lambda handle: [process],
+    }
+    for name, answer in answers.items():
+        monkeypatch.setattr(pynvml, name, answer)
+    return calls
+
+
+def test_a_busy_gpu_makes_the_host_busy_and_nvml_is_shut_down(busy_card):
+    check = idle.sample(window_s=0.3, watch=[])
+    (card,) = check.gpus
+    assert (card.index, card.util_percent, card.memory_used_gib) == (0, 80.0, 3.0)
+    assert [p.pid for p in card.foreign_processes] == [2**22 + 7]
+    assert check.idle is False and check.reasons == [
+        "GPU 0 was 80% busy",
+        f"GPU 0 runs compute process pid {2**22 + 7} (?)",
+    ]
+    assert busy_card == ["init", "shutdown"]
+
+
+def test_cards_nvml_cannot_list_leave_no_gpu_readings_and_nvml_shut_down(busy_card, monkeypatch):
+    import pynvml
+
+    def lost():
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
+
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetCount", lost)
+    check = idle.sample(window_s=0.2, watch=[])
+    assert check.gpus is None and check.idle is True
+    assert busy_card == ["init", "shutdown"]  # it was left open before
 
 
 def test_off_mode_records_that_no_check_ran():

@@ -1,8 +1,9 @@
 """dew.telemetry.nvml on recorded readings: the clocks-event reasons named from their bits
 (NVML's documented values), energy from a counter that wraps or resets or is missing, a
-card's window summarized, the CUDA-to-NVML index map, a card's settings, and the sampler's
-thread. No GPU needed: the NVML calls are replayed from what a card answered (a recorded
-library, never a stand-in for the code under test)."""
+card's window summarized, the CUDA-to-NVML index map, a card's settings, the sampler's
+thread, and the session (NVML opened, its cards listed, always shut down). No GPU needed:
+the NVML calls are replayed from what a card answered (a recorded library, never a stand-in
+for the code under test)."""
 
 from __future__ import annotations
 
@@ -239,3 +240,67 @@ def test_the_sampler_reads_every_card_through_its_window():
     assert window["clocks_event_reasons"] == ["SwPowerCap"]
     assert window["power_w_mean"] == 650.0 and window["energy_j"] == 195.0
     assert window["joules_per_step"] == pytest.approx(6.5)
+
+
+# --- the session: NVML opened, its cards listed, always shut down ---------------------------
+
+
+@pytest.fixture
+def library(monkeypatch):
+    """pynvml answering as two cards; `calls` lists the init and shutdown calls it got."""
+    calls = []
+    answers = {
+        "nvmlInit": lambda: calls.append("init"),
+        "nvmlShutdown": lambda: calls.append("shutdown"),
+        "nvmlDeviceGetCount": lambda: 2,
+        "nvmlDeviceGetHandleByIndex": lambda index: f"card {index}",
+        "nvmlSystemGetDriverVersion": lambda: b"580.65.06",
+    }
+    for name, answer in answers.items():
+        monkeypatch.setattr(pynvml, name, answer)
+    return calls
+
+
+def test_a_session_lists_every_card_and_shuts_nvml_down(library):
+    with nvml.session() as gpus:
+        assert gpus and gpus.why is None and gpus.nv is pynvml
+        assert gpus.handles == ("card 0", "card 1")
+        assert gpus.driver_version() == "580.65.06"
+        assert library == ["init"]
+    assert library == ["init", "shutdown"]
+
+
+def test_a_session_shuts_nvml_down_when_its_block_fails(library):
+    with pytest.raises(RuntimeError, match="a step failed"), nvml.session():
+        raise RuntimeError("a step failed")
+    assert library == ["init", "shutdown"]
+
+
+def test_no_nvml_library_is_a_false_session_with_its_reason(monkeypatch):
+    def missing():
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+
+    monkeypatch.setattr(pynvml, "nvmlInit", missing)
+    with nvml.session() as gpus:
+        assert not gpus and gpus.handles == () and gpus.nv is None
+        why = "NVMLError_LibraryNotFound: NVML Shared Library Not Found"
+        assert gpus.why == f"NVML unavailable ({why})"
+
+
+def test_cards_nvml_cannot_list_are_a_false_session_and_nvml_is_still_shut_down(
+    library, monkeypatch
+):
+    def lost():
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
+
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetCount", lost)
+    with nvml.session() as gpus:
+        assert not gpus and gpus.handles == ()
+        assert gpus.why == "NVML cannot list the cards (NVMLError_GpuIsLost: GPU is lost)"
+    assert library == ["init", "shutdown"]
+
+
+def test_a_reading_nvml_refuses_is_none():
+    card = RecordedNvml({"nvmlDeviceGetPowerUsage": NOT_SUPPORTED, "nvmlDeviceGetTemperature": 45})
+    assert nvml.reading(lambda: card.nvmlDeviceGetTemperature("card 0", 0)) == 45
+    assert nvml.reading(lambda: card.nvmlDeviceGetPowerUsage("card 0")) is None

@@ -8,20 +8,24 @@
     summarize(...)                    one card's window: clocks, temperature, power, energy
     WindowSampler                     a thread reading every card of a window at ~20 Hz
     visible_indices(value, uuids)     NVML index of each CUDA device (CUDA_VISIBLE_DEVICES)
-    open_nvml(), cards(nv)            the library, initialised; every card's handle and UUID
+    session()                         NVML for a `with`: every card's handle, or why none
+    reading(read), text(value)        one call's answer (None where NVML refuses), as text
+    open_nvml(), close_nvml(nv)       session() by hand; cards(nv): every handle and UUID
 
 The decoding, the energy arithmetic and the summary are pure functions of recorded
-readings, so they are tested on a machine without a GPU. Nothing here imports pynvml at
-module level: `open_nvml()` is None where there is no library, driver or device.
+readings, so they are tested on a machine without a GPU. This is the one module of dew that
+imports pynvml (never at module level) and initialises or shuts down NVML: where there is no
+library, driver or device, `session()` yields a false Nvml and `open_nvml()` a None.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import statistics
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 # The clocks-event ("throttle") reasons, as NVML documents them (nvml.h). The values used
@@ -108,7 +112,7 @@ def read_energy(read: Callable[[], int]) -> EnergyReading:
     try:
         return EnergyReading(int(read()))
     except Exception as error:  # NVMLError_NotSupported, _NoPermission, _GpuIsLost, ...
-        return EnergyReading(None, f"{type(error).__name__}: {error}")
+        return EnergyReading(None, _said(error))
 
 
 def energy_joules(
@@ -194,14 +198,50 @@ def summarize(
 # --- NVML itself ---------------------------------------------------------------------------
 
 
+@dataclasses.dataclass(frozen=True)
+class Nvml:
+    """What `session()` yields: NVML initialised (`nv`, the pynvml module) and every card's
+    handle in NVML's (PCI) order. False when there is no NVML to read; `why` says why."""
+
+    nv: Any = None
+    handles: tuple[Any, ...] = ()
+    why: str | None = None
+
+    def __bool__(self) -> bool:
+        return self.nv is not None
+
+    def driver_version(self) -> str | None:
+        return reading(lambda: text(self.nv.nvmlSystemGetDriverVersion()))
+
+
+@contextlib.contextmanager
+def session() -> Iterator[Nvml]:
+    """NVML for the length of a `with`: nvmlInit on entry, nvmlShutdown on the way out however
+    the block ends. No library, driver or device, or cards NVML cannot list, yield a false
+    Nvml with its reason, never an error. A call in the block NVML may refuse: `reading`."""
+    nv, why = open_nvml()
+    if nv is None:
+        yield Nvml(why=why)
+        return
+    try:
+        try:
+            found = Nvml(nv, tuple(_handles(nv)))
+        except Exception as error:  # a card lost between nvmlInit and here
+            found = Nvml(why=f"NVML cannot list the cards ({_said(error)})")
+        yield found
+    finally:
+        close_nvml(nv)
+
+
 def open_nvml() -> tuple[Any, str | None]:
-    """(the pynvml module, initialised) or (None, why there is no NVIDIA GPU to read)."""
+    """(the pynvml module, initialised) or (None, why there is no NVIDIA GPU to read); the
+    caller must close_nvml() it (session() does both)."""
     try:
         import pynvml
 
         pynvml.nvmlInit()
     except Exception as error:
-        return None, f"NVML unavailable ({type(error).__name__}: {error})"
+        return None, f"NVML unavailable ({_said(error)})"
     return pynvml, None
 
 
@@ -212,85 +252,86 @@ def close_nvml(nv: Any) -> None:
         pass
 
 
-def _text(value: Any) -> str:
+def reading[T](read: Callable[[], T]) -> T | None:
+    """One NVML call a card may refuse (NotSupported, NoPermission, GpuIsLost): its answer,
+    or None."""
+    try:
+        return read()
+    except Exception:
+        return None
+
+
+def _said(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
+def text(value: Any) -> str:
+    """NVML's strings (bytes in older nvidia-ml-py) as str."""
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _handles(nv: Any) -> list[Any]:
+    return [nv.nvmlDeviceGetHandleByIndex(i) for i in range(nv.nvmlDeviceGetCount())]
 
 
 def cards(nv: Any) -> tuple[list[Any], list[str]]:
     """Every card's NVML handle and UUID, in NVML's (PCI) order."""
-    handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(nv.nvmlDeviceGetCount())]
-    return handles, [_text(nv.nvmlDeviceGetUUID(handle)) for handle in handles]
+    handles = _handles(nv)
+    return handles, [text(nv.nvmlDeviceGetUUID(handle)) for handle in handles]
 
 
 def _call(unreadable: dict[str, str], field: str, read: Callable[[], Any]) -> Any:
     try:
         return read()
     except Exception as error:  # NotSupported on this card, NoPermission, ...
-        unreadable[field] = f"{type(error).__name__}: {error}"
+        unreadable[field] = _said(error)
         return None
 
 
 COMPUTE_MODES = {0: "Default", 1: "ExclusiveThread", 2: "Prohibited", 3: "ExclusiveProcess"}
 
 
+def _mode(value: Any) -> bool | None:  # (current, pending) pairs and plain ints
+    current = value[0] if isinstance(value, list | tuple) else value
+    return None if current is None else bool(current)
+
+
+# GpuInfo's fields: (the NVML call, its NVML constants' names, how to convert a value)
+GPU_INFO_CALLS: dict[str, tuple[str, tuple[str, ...], Callable[[Any], Any] | None]] = {
+    "name": ("nvmlDeviceGetName", (), text),
+    "uuid": ("nvmlDeviceGetUUID", (), text),
+    "vbios": ("nvmlDeviceGetVbiosVersion", (), text),
+    "persistence_mode": ("nvmlDeviceGetPersistenceMode", (), _mode),
+    "ecc_mode": ("nvmlDeviceGetEccMode", (), _mode),
+    "ecc_volatile_uncorrected": (
+        "nvmlDeviceGetTotalEccErrors",
+        ("NVML_MEMORY_ERROR_TYPE_UNCORRECTED", "NVML_VOLATILE_ECC"),
+        None,
+    ),
+    "power_limit_w": ("nvmlDeviceGetEnforcedPowerLimit", (), lambda mw: mw / 1e3),
+    "default_power_limit_w": ("nvmlDeviceGetPowerManagementDefaultLimit", (), lambda mw: mw / 1e3),
+    "mig_mode": ("nvmlDeviceGetMigMode", (), _mode),
+    "compute_mode": ("nvmlDeviceGetComputeMode", (), lambda m: COMPUTE_MODES.get(m, str(m))),
+    "application_sm_clock_mhz": ("nvmlDeviceGetApplicationsClock", ("NVML_CLOCK_SM",), None),
+    "application_memory_clock_mhz": ("nvmlDeviceGetApplicationsClock", ("NVML_CLOCK_MEM",), None),
+    "max_sm_clock_mhz": ("nvmlDeviceGetMaxClockInfo", ("NVML_CLOCK_SM",), None),
+    "max_memory_clock_mhz": ("nvmlDeviceGetMaxClockInfo", ("NVML_CLOCK_MEM",), None),
+    "pcie_generation": ("nvmlDeviceGetCurrPcieLinkGeneration", (), None),
+    "pcie_width": ("nvmlDeviceGetCurrPcieLinkWidth", (), None),
+    "pcie_max_generation": ("nvmlDeviceGetMaxPcieLinkGeneration", (), None),
+    "pcie_max_width": ("nvmlDeviceGetMaxPcieLinkWidth", (), None),
+}
+
+
 def gpu_info(nv: Any, handle: Any, index: int) -> dict[str, Any]:
     """One card's settings as GpuInfo fields; a field NVML refuses is null, and why is in
     `unreadable` (field -> NVML's error)."""
     bad: dict[str, str] = {}
-
-    def mode(value: Any) -> bool | None:  # (current, pending) pairs and plain ints
-        current = value[0] if isinstance(value, list | tuple) else value
-        return None if current is None else bool(current)
-
-    def watts(milliwatts: Any) -> float | None:
-        return None if milliwatts is None else milliwatts / 1e3
-
-    compute = _call(bad, "compute_mode", lambda: nv.nvmlDeviceGetComputeMode(handle))
-    info = {
-        "index": index,
-        "name": _call(bad, "name", lambda: _text(nv.nvmlDeviceGetName(handle))),
-        "uuid": _call(bad, "uuid", lambda: _text(nv.nvmlDeviceGetUUID(handle))),
-        "vbios": _call(bad, "vbios", lambda: _text(nv.nvmlDeviceGetVbiosVersion(handle))),
-        "persistence_mode": mode(
-            _call(bad, "persistence_mode", lambda: nv.nvmlDeviceGetPersistenceMode(handle))
-        ),
-        "ecc_mode": mode(_call(bad, "ecc_mode", lambda: nv.nvmlDeviceGetEccMode(handle))),
-        "ecc_volatile_uncorrected": _call(
-            bad,
-            "ecc_volatile_uncorrected",
-            lambda: nv.nvmlDeviceGetTotalEccErrors(
-                handle, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC
-            ),
-        ),
-        "power_limit_w": watts(
-            _call(bad, "power_limit_w", lambda: nv.nvmlDeviceGetEnforcedPowerLimit(handle))
-        ),
-        "default_power_limit_w": watts(
-            _call(
-                bad,
-                "default_power_limit_w",
-                lambda: nv.nvmlDeviceGetPowerManagementDefaultLimit(handle),
-            )
-        ),
-        "mig_mode": mode(_call(bad, "mig_mode", lambda: nv.nvmlDeviceGetMigMode(handle))),
-        "compute_mode": COMPUTE_MODES.get(compute, str(compute)) if compute is not None else None,
-    }
-    for field, function, clock in (
-        ("application_sm_clock_mhz", "nvmlDeviceGetApplicationsClock", "NVML_CLOCK_SM"),
-        ("application_memory_clock_mhz", "nvmlDeviceGetApplicationsClock", "NVML_CLOCK_MEM"),
-        ("max_sm_clock_mhz", "nvmlDeviceGetMaxClockInfo", "NVML_CLOCK_SM"),
-        ("max_memory_clock_mhz", "nvmlDeviceGetMaxClockInfo", "NVML_CLOCK_MEM"),
-    ):
-        info[field] = _call(
-            bad, field, lambda f=function, c=clock: getattr(nv, f)(handle, getattr(nv, c))
-        )
-    for field, function in (
-        ("pcie_generation", "nvmlDeviceGetCurrPcieLinkGeneration"),
-        ("pcie_width", "nvmlDeviceGetCurrPcieLinkWidth"),
-        ("pcie_max_generation", "nvmlDeviceGetMaxPcieLinkGeneration"),
-        ("pcie_max_width", "nvmlDeviceGetMaxPcieLinkWidth"),
-    ):
-        info[field] = _call(bad, field, lambda f=function: getattr(nv, f)(handle))
+    info: dict[str, Any] = {"index": index}
+    for field, (function, constants, convert) in GPU_INFO_CALLS.items():
+        read = lambda f=function, c=constants: getattr(nv, f)(handle, *(getattr(nv, n) for n in c))
+        value = _call(bad, field, read)
+        info[field] = convert(value) if convert and value is not None else value
     info["unreadable"] = bad or None
     return info
 
@@ -335,23 +376,17 @@ def visible_indices(value: str | None, uuids: Sequence[str]) -> tuple[list[int] 
 def read_sample(nv: Any, handle: Any, t: float) -> Sample:
     """One reading of a card; a call NVML refuses leaves its figure None."""
 
-    def get(read: Callable[[], Any]) -> Any:
-        try:
-            return read()
-        except Exception:
-            return None
-
     # nvidia-ml-py before 12.535 has the older name only
     reasons = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None)
     reasons = reasons or nv.nvmlDeviceGetCurrentClocksThrottleReasons
-    power = get(lambda: nv.nvmlDeviceGetPowerUsage(handle))  # mW
+    power = reading(lambda: nv.nvmlDeviceGetPowerUsage(handle))  # mW
     return Sample(
         t=t,
-        sm_mhz=get(lambda: nv.nvmlDeviceGetClockInfo(handle, nv.NVML_CLOCK_SM)),
-        memory_mhz=get(lambda: nv.nvmlDeviceGetClockInfo(handle, nv.NVML_CLOCK_MEM)),
-        temperature_c=get(lambda: nv.nvmlDeviceGetTemperature(handle, nv.NVML_TEMPERATURE_GPU)),
+        sm_mhz=reading(lambda: nv.nvmlDeviceGetClockInfo(handle, nv.NVML_CLOCK_SM)),
+        memory_mhz=reading(lambda: nv.nvmlDeviceGetClockInfo(handle, nv.NVML_CLOCK_MEM)),
+        temperature_c=reading(lambda: nv.nvmlDeviceGetTemperature(handle, nv.NVML_TEMPERATURE_GPU)),
         power_w=power / 1e3 if power is not None else None,
-        reasons=get(lambda: reasons(handle)),
+        reasons=reading(lambda: reasons(handle)),
     )
 
 

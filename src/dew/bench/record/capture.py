@@ -31,11 +31,13 @@ from dew.bench.record.schema import (
     Container,
     Devices,
     Environment,
+    GpuInfo,
     Host,
     ProcessInfo,
     Scheduler,
     is_recordable_env_flag,
 )
+from dew.telemetry import nvml
 
 # The packages whose versions decide the numbers; always listed (null when absent).
 CORE_PACKAGES = (
@@ -116,12 +118,11 @@ def capture(
     environ: the variables to take flags and build labels from (default os.environ).
     """
     environ = os.environ if environ is None else environ
-    nvml = _Nvml.open()
-    try:
+    with nvml.session() as gpus:
         return Environment(
             host=_host(),
-            devices=_devices(devices, nvml, environ),
-            driver_version=nvml.driver_version() if nvml else _smi_driver_version(),
+            devices=_devices(devices, gpus, environ),
+            driver_version=gpus.driver_version() if gpus else _smi_driver_version(),
             cuda_version=_cuda_version(),
             cudnn_version=_cudnn_version(),
             container=_container(environ),
@@ -132,19 +133,13 @@ def capture(
             jax_config=_jax_config(),
             processes=processes,
             scheduler=_scheduler(environ),
-            gpus=_gpus(nvml),
+            gpus=_gpus(gpus),
         )
-    finally:
-        if nvml:
-            nvml.close()
 
 
-def _gpus(nvml: _Nvml | None) -> list[Any] | None:
+def _gpus(gpus: nvml.Nvml) -> list[GpuInfo] | None:
     """Every NVIDIA card's settings (dew.telemetry.nvml.gpu_infos); None without NVML."""
-    from dew.bench.record.schema import GpuInfo
-    from dew.telemetry.nvml import gpu_infos
-
-    return None if nvml is None else [GpuInfo(**info) for info in gpu_infos(nvml.nv) or []]
+    return [GpuInfo(**info) for info in nvml.gpu_infos(gpus.nv) or []] if gpus else None
 
 
 def _scheduler(environ: Mapping[str, str]) -> Scheduler | None:
@@ -196,45 +191,12 @@ def _cpu_model() -> str | None:
 # --- devices -----------------------------------------------------------------------------
 
 
-class _Nvml:
-    """A thin holder for nvidia-ml-py; `open()` is None when there is no NVIDIA driver."""
-
-    def __init__(self, module: Any):
-        self.nv = module
-
-    @classmethod
-    def open(cls) -> _Nvml | None:
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-        except Exception:  # no library, no driver, no device: all mean "no NVIDIA GPU"
-            return None
-        return cls(pynvml)
-
-    def close(self) -> None:
-        try:
-            self.nv.nvmlShutdown()
-        except Exception:
-            pass
-
-    def driver_version(self) -> str | None:
-        return _text(self.nv.nvmlSystemGetDriverVersion())
-
-    def handles(self) -> list[Any]:
-        return [self.nv.nvmlDeviceGetHandleByIndex(i) for i in range(self.nv.nvmlDeviceGetCount())]
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _devices(devices: Sequence[Any] | None, nvml: _Nvml | None, environ) -> Devices:
+def _devices(devices: Sequence[Any] | None, gpus: nvml.Nvml, environ) -> Devices:
     if devices is None:
         devices = _initialised_jax_devices()
-    nvml_handles = nvml.handles() if nvml else []
+    nv, card = gpus.nv, gpus.handles[0] if gpus.handles else None  # the first NVIDIA card
     # Device memory from NVML: jax's memory_stats() gives the allocator's budget, not the card.
-    nvml_memory = nvml.nv.nvmlDeviceGetMemoryInfo(nvml_handles[0]).total if nvml_handles else None
+    memory = None if card is None else nvml.reading(lambda: nv.nvmlDeviceGetMemoryInfo(card).total)
     if devices:
         first = devices[0]
         on_gpu = first.platform in ("gpu", "cuda")
@@ -242,14 +204,14 @@ def _devices(devices: Sequence[Any] | None, nvml: _Nvml | None, environ) -> Devi
             platform=first.platform,
             kind=first.device_kind,
             count=len(devices),
-            memory_gib=round(nvml_memory / GIB, 2) if nvml_memory and on_gpu else None,
+            memory_gib=round(memory / GIB, 2) if memory and on_gpu else None,
         )
-    if nvml_handles:
+    if gpus.handles:
         return Devices(
             platform="gpu",
-            kind=_text(nvml.nv.nvmlDeviceGetName(nvml_handles[0])),
-            count=len(nvml_handles),
-            memory_gib=round(nvml_memory / GIB, 2),
+            kind=nvml.reading(lambda: nvml.text(nv.nvmlDeviceGetName(card))),
+            count=len(gpus.handles),
+            memory_gib=round(memory / GIB, 2) if memory else None,
         )
     # The CPU backend: its device count is what XLA_FLAGS asks for (the simulated mesh).
     match = re.search(r"--xla_force_host_platform_device_count=(\d+)", environ.get("XLA_FLAGS", ""))

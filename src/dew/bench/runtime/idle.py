@@ -32,6 +32,7 @@ import psutil
 from dew.bench.common import cli
 from dew.bench.common.units import GIB
 from dew.bench.record.schema import GpuReading, IdleCheck, ProcessReading
+from dew.telemetry import nvml
 
 PROG = "python -m dew.bench.runtime.idle"
 MODES = ("error", "warn", "off")
@@ -106,8 +107,8 @@ def sample(
     exclude: processes not to count besides this one (e.g. the tool's own parent).
     """
     ignored = {os.getpid(), *exclude}
-    gpu = _GpuSampler.open()
-    try:
+    with nvml.session() as cards:
+        gpu = _GpuSampler(cards) if cards else None
         # Reading every process takes a while on a busy host: time each snapshot at its
         # midpoint so a process's CPU seconds are divided by the span they were counted in.
         t0 = time.monotonic()
@@ -123,9 +124,6 @@ def sample(
         after = _cpu_seconds()
         elapsed = (t2 + time.monotonic()) / 2 - (t0 + t1) / 2
         gpus = gpu.readings(gpu_utils, ignored) if gpu else None
-    finally:
-        if gpu:
-            gpu.close()
 
     watched = _with_children(watch) if watch is not None else None
     readings = []
@@ -191,37 +189,19 @@ def _with_children(pids: Collection[int]) -> set[int]:
 
 
 class _GpuSampler:
-    """NVML utilisation sampled through the window; None when there is no NVIDIA GPU."""
+    """NVML utilisation sampled through the window, on the cards of an open nvml.session()."""
 
-    def __init__(self, nv, handles):
-        self.nv, self.handles = nv, handles
-
-    @classmethod
-    def open(cls) -> _GpuSampler | None:
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            count = pynvml.nvmlDeviceGetCount()
-        except Exception:  # no library, driver or device: no GPU to judge
-            return None
-        return cls(pynvml, [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)])
-
-    def close(self) -> None:
-        try:
-            self.nv.nvmlShutdown()
-        except Exception:
-            pass
+    def __init__(self, cards: nvml.Nvml):
+        self.nv, self.handles = cards.nv, cards.handles
 
     def sample_during(self, window_s: float, interval_s: float = 0.2) -> list[list[float]]:
         utils: list[list[float]] = [[] for _ in self.handles]
         end = time.monotonic() + window_s
         while True:
             for i, h in enumerate(self.handles):
-                try:
-                    utils[i].append(self.nv.nvmlDeviceGetUtilizationRates(h).gpu)
-                except Exception:
-                    pass
+                util = nvml.reading(lambda h=h: self.nv.nvmlDeviceGetUtilizationRates(h).gpu)
+                if util is not None:
+                    utils[i].append(util)
             left = end - time.monotonic()
             if left <= 0:
                 return utils
@@ -230,16 +210,11 @@ class _GpuSampler:
     def readings(self, utils: list[list[float]], ignored: set[int]) -> list[GpuReading]:
         out = []
         for i, h in enumerate(self.handles):
-            try:
-                used = self.nv.nvmlDeviceGetMemoryInfo(h).used / GIB
-            except Exception:
-                used = None
+            memory = nvml.reading(lambda h=h: self.nv.nvmlDeviceGetMemoryInfo(h))
+            used = memory.used / GIB if memory is not None else None
             foreign = []
-            try:
-                procs = self.nv.nvmlDeviceGetComputeRunningProcesses(h)
-            except Exception:
-                procs = []
-            for p in procs:
+            procs = nvml.reading(lambda h=h: self.nv.nvmlDeviceGetComputeRunningProcesses(h))
+            for p in procs or []:
                 if p.pid in ignored:
                     continue
                 try:
