@@ -235,3 +235,15 @@ def test_a_case_can_leave_a_stage_without_a_line_and_still_count_for_the_eta():
         "[compile 1/2] unet: compiled, waiting (ETA ?)",
         "[compile 2/2] dit: compiling (ETA 8s)",
     ]
+
+
+def test_the_silent_default_takes_the_whole_interface_and_says_nothing(capsys):
+    from dew.bench.runtime.progress import SilentProgress
+
+    with SilentProgress() as progress:
+        progress.stage("compile", [0, 1], parallel=2)
+        progress.set(0, "compiling")
+        progress.finish(0, "[1/2] unet: ok")
+        progress.note("a note")
+    assert capsys.readouterr() == ("", "")
+    assert issubclass(Progress, SilentProgress)  # what a round takes, drawn

@@ -1,8 +1,9 @@
 """Live progress of a sweep: which case is in which phase, for how long, and when the stage ends.
 
 A sweep (`dew.bench.sweep.run`) runs in stages, "compile" (several cases at once, in child
-processes) then "time" (one case at a time). `Progress` shows them in one of two ways, picked
-from the stream it writes to:
+processes) then "time" (one case at a time). It reports them through `SilentProgress`'s
+interface (stage, set, finish, note, close), which by itself says nothing (a follower host,
+a test); `Progress` shows them in one of two ways, picked from the stream it writes to:
 
 - a terminal: a rich `Live` region under the permanent lines, a header (stage, done/total,
   elapsed, ETA) and one line per case still running or queued in the stage (its label, its
@@ -38,7 +39,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TextIO
+from typing import Self, TextIO
 
 QUEUED = "queued"
 
@@ -125,7 +126,28 @@ class _View:
         return Group(header, cases)
 
 
-class Progress:
+class SilentProgress:
+    """What a sweep reports as it goes, saying nothing: the interface `Progress` draws, and
+    what a round reports to when nobody watches (a follower host, a test)."""
+
+    def stage(self, name: str, indices: Sequence[int], parallel: int = 1) -> None: ...
+
+    def set(self, index: int, phase: str) -> None: ...
+
+    def finish(self, index: int, line: str | None, ok: bool = True) -> None: ...
+
+    def note(self, line: str) -> None: ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+class Progress(SilentProgress):
     """The progress of a sweep over `labels` (one entry per case, index = its position).
 
     `live=None` draws a rich Live region when `stream` (default sys.stderr) is a terminal,
@@ -229,12 +251,6 @@ class Progress:
             self._closed = True
             if self._live is not None:
                 self._live.stop()
-
-    def __enter__(self) -> Progress:
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.close()
 
     # --- the parts ------------------------------------------------------------------------
 

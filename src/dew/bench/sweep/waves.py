@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from dew.bench.record.schema import StepRow
+from dew.bench.runtime.progress import SilentProgress
 from dew.bench.sweep.case_process import CaseProcess
 from dew.bench.sweep.presets import Case
 from dew.bench.sweep.settings import Options
@@ -47,30 +48,20 @@ MIN_FREE_BYTES = 2 * 1024**3
 OnRow = Callable[[int, Case, StepRow, float], None]  # (index, case, row, its seconds)
 
 
-class Progress:
-    """What a round reports as it goes (dew.bench.runtime.progress draws it); this base is
-    silent."""
-
-    def stage(self, name: str, indices: Sequence[int], parallel: int = 1) -> None: ...
-
-    def set(self, index: int, phase: str) -> None: ...
-
-    def finish(self, index: int, line: str | None, ok: bool = True) -> None: ...
-
-
 def run_round(
     items: Sequence[tuple[int, Case]],
     options: Options,
     jobs: int,
     on_row: OnRow,
-    progress: Progress | None = None,
+    progress: SilentProgress | None = None,
     before_timing: Callable[[], None] = lambda: None,
 ) -> None:
     """Run the cases `items` ((index, case) pairs) once each, in waves; `on_row` gets every
     row as it is known: a case that fails to compile as soon as it fails, the others after
     their timed windows, in the order of `items`. `before_timing` runs before each time
-    stage, when nothing compiles (the step benchmark reads the host's speed there)."""
-    progress = progress or Progress()
+    stage, when nothing compiles (the step benchmark reads the host's speed there).
+    `progress` hears every stage and phase (dew.bench.runtime.progress; silent by default)."""
+    progress = progress or SilentProgress()
     pending = list(items)
     size = wave_size(len(pending), jobs)
     waiting: list[tuple[int, Case, CaseProcess, float]] = []
@@ -105,7 +96,7 @@ def _compile_stage(
     jobs: int,
     limit: int,
     on_row: OnRow,
-    progress: Progress,
+    progress: SilentProgress,
 ) -> list[tuple[int, Case, CaseProcess, float]]:
     """Start children from `pending` (consumed) until `limit` are in the wave; return the
     ones compiled and waiting, in case order. A child that ended early reports its row here."""
