@@ -29,13 +29,13 @@ import pydantic
 
 from dew.bench.analysis.repeats import step_repeat
 from dew.bench.common.cli import one_line
+from dew.bench.common.units import GIB
 from dew.bench.record.schema import GpuTelemetry, GpuWindow, StepRepeat, StepRow
 from dew.bench.runtime.phases import PhaseClock
 from dew.bench.sweep.presets import Case
 from dew.bench.sweep.settings import CACHE_OFF, Options
 from dew.bench.sweep.timing import block, percentiles, time_steps
 
-GIB = 1024**3
 LM_OBJECTIVES = ("lm", "block_diffusion")  # cases whose samples are token sequences
 PROFILE_STEPS = 3  # extra steps traced with --profile-dir, after the timed windows
 MIN_ENERGY_WINDOW_S = 1.0  # the energy counter moves in steps of ~10-100 ms: 1 s at least
