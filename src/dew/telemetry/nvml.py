@@ -10,12 +10,11 @@
     visible_indices(value, uuids)     NVML index of each CUDA device (CUDA_VISIBLE_DEVICES)
     session()                         NVML for a `with`: every card's handle, or why none
     reading(read), text(value)        one call's answer (None where NVML refuses), as text
-    open_nvml(), close_nvml(nv)       session() by hand; cards(nv): every handle and UUID
 
 The decoding, the energy arithmetic and the summary are pure functions of recorded
 readings, so they are tested on a machine without a GPU. This is the one module of dew that
 imports pynvml (never at module level) and initialises or shuts down NVML: where there is no
-library, driver or device, `session()` yields a false Nvml and `open_nvml()` a None.
+library, driver or device, `session()` yields a false Nvml.
 """
 
 from __future__ import annotations
@@ -213,13 +212,17 @@ class Nvml:
     def driver_version(self) -> str | None:
         return reading(lambda: text(self.nv.nvmlSystemGetDriverVersion()))
 
+    def uuids(self) -> list[str]:
+        """Every card's UUID, in the order of `handles`."""
+        return [text(self.nv.nvmlDeviceGetUUID(handle)) for handle in self.handles]
+
 
 @contextlib.contextmanager
 def session() -> Iterator[Nvml]:
     """NVML for the length of a `with`: nvmlInit on entry, nvmlShutdown on the way out however
     the block ends. No library, driver or device, or cards NVML cannot list, yield a false
     Nvml with its reason, never an error. A call in the block NVML may refuse: `reading`."""
-    nv, why = open_nvml()
+    nv, why = _open()
     if nv is None:
         yield Nvml(why=why)
         return
@@ -230,12 +233,11 @@ def session() -> Iterator[Nvml]:
             found = Nvml(why=f"NVML cannot list the cards ({_said(error)})")
         yield found
     finally:
-        close_nvml(nv)
+        _close(nv)
 
 
-def open_nvml() -> tuple[Any, str | None]:
-    """(the pynvml module, initialised) or (None, why there is no NVIDIA GPU to read); the
-    caller must close_nvml() it (session() does both)."""
+def _open() -> tuple[Any, str | None]:
+    """(the pynvml module, initialised) or (None, why there is no NVIDIA GPU to read)."""
     try:
         import pynvml
 
@@ -245,7 +247,7 @@ def open_nvml() -> tuple[Any, str | None]:
     return pynvml, None
 
 
-def close_nvml(nv: Any) -> None:
+def _close(nv: Any) -> None:
     try:
         nv.nvmlShutdown()
     except Exception:
@@ -272,12 +274,6 @@ def text(value: Any) -> str:
 
 def _handles(nv: Any) -> list[Any]:
     return [nv.nvmlDeviceGetHandleByIndex(i) for i in range(nv.nvmlDeviceGetCount())]
-
-
-def cards(nv: Any) -> tuple[list[Any], list[str]]:
-    """Every card's NVML handle and UUID, in NVML's (PCI) order."""
-    handles = _handles(nv)
-    return handles, [text(nv.nvmlDeviceGetUUID(handle)) for handle in handles]
 
 
 def _call(unreadable: dict[str, str], field: str, read: Callable[[], Any]) -> Any:
@@ -339,7 +335,7 @@ def gpu_info(nv: Any, handle: Any, index: int) -> dict[str, Any]:
 def gpu_infos(nv: Any) -> list[dict[str, Any]] | None:
     """gpu_info of every card, in NVML's order; None when the cards cannot be listed."""
     try:
-        handles, _ = cards(nv)
+        handles = _handles(nv)
     except Exception:  # a card lost between nvmlInit and here
         return None
     return [gpu_info(nv, handle, index) for index, handle in enumerate(handles)]

@@ -258,22 +258,19 @@ def gpu_window(
         return state, GpuTelemetry(check=mode, note="GPU readings turned off (--gpu-check off)")
     if platform not in ("gpu", "cuda"):
         return state, GpuTelemetry(check=mode, note=f"no NVIDIA GPU: platform {platform}")
-    nv, why = nvml.open_nvml()
-    if nv is None:
-        return state, GpuTelemetry(check=mode, note=f"no NVIDIA GPU: {why}")
-    try:
-        handles, uuids = nvml.cards(nv)
+    with nvml.session() as gpus:
+        if not gpus:
+            return state, GpuTelemetry(check=mode, note=f"no NVIDIA GPU: {gpus.why}")
+        uuids = gpus.uuids()
         visible, why = nvml.visible_indices(os.environ.get("CUDA_VISIBLE_DEVICES"), uuids)
         ordinals = [_ordinal(d) for d in devices]
         if visible is None or any(o is None or o >= len(visible) for o in ordinals):
             why = why or f"devices {ordinals} are not among CUDA's {visible}"
             return state, GpuTelemetry(check=mode, note=f"cannot tell which card is which: {why}")
         indices = [visible[o] for o in ordinals]
-        sampler = nvml.WindowSampler(nv, [handles[i] for i in indices], SAMPLE_INTERVAL_S)
+        sampler = nvml.WindowSampler(gpus.nv, [gpus.handles[i] for i in indices], SAMPLE_INTERVAL_S)
         state, synced = _sampled_steps(prepared, state, options.steps, sampler)
         windows = sampler.windows(len(synced), prepared.case.batch)
-    finally:
-        nvml.close_nvml(nv)
     telemetry = gpu_telemetry(
         mode,
         indices,
