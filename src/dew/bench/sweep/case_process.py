@@ -12,12 +12,15 @@ devices, its XLA flags, its allocator peak), as a fresh process would. The serve
 the children's environment (the allocator's LD_PRELOAD, XLA_FLAGS; JAX reads its JAX_*
 variables at import), and is started again when a run's children need another.
 
-The conversation with a child, over a pipe: the parent sends the job; the child builds,
-compiles and initialises the case, sends what it knows then ("compiled": so a child that
-dies later still reports its params and GFLOP) and waits; the parent sends GO when the
-case's turn to be timed has come (dew.bench.sweep.waves compiles several at once and times one
-at a time); the child times it and sends its row. The child's stdout and stderr go to a
-file: the last line there is the error of a row whose process died.
+The conversation with a child, in dew.bench.runtime.protocol over a pipe: the child gets
+the job with its start; it builds, compiles and initialises the case, sends what it knows
+then (Compiled: so a child that dies later still reports its params and GFLOP) and waits;
+the parent sends Go when the case's turn to be timed has come (dew.bench.sweep.waves
+compiles several at once and times one at a time); the child times it and sends its row
+(Finished). Every wait of the parent has a deadline (COMPILE_S from the child's start,
+TIMED_S from its Go): a child past it is killed and its row fails, "timed out after N s in
+compile" (or timing), and the sweep goes on. The child's stdout and stderr go to a file:
+the last line there is the error of a row whose process died.
 """
 
 from __future__ import annotations
@@ -27,7 +30,6 @@ import dataclasses
 import gc
 import multiprocessing
 import os
-import signal
 import sys
 import tempfile
 import time
@@ -36,15 +38,14 @@ from multiprocessing import forkserver
 from typing import Any
 
 from dew.bench.record.schema import StepRow
-from dew.bench.runtime.lifeline import exit_with
+from dew.bench.runtime import protocol
 from dew.bench.runtime.phases import PhaseClock
 from dew.bench.sweep.case_run import make_row, run_case
 from dew.bench.sweep.presets import Case
 from dew.bench.sweep.settings import Options, append_xla_flags
 
 PRELOAD = ("dew.train.trainer", "dew.bench.sweep.case_process")  # what the server imports once
-GO = "go"  # what the parent sends when the child's turn to be timed has come
-ERROR_CHARS = 300  # of the last line a dead child wrote, kept in its row's error
+NAME = "the case's process"  # in its row's error
 
 _server_environment: dict[str, str] | None = None  # the environment the server runs with
 
@@ -85,6 +86,26 @@ def stop_forkserver() -> None:
     forkserver._forkserver._stop()
 
 
+@dataclasses.dataclass(frozen=True)
+class Compiled(protocol.Message):
+    """The child's, once compiled and initialised: what it knows then (params, GFLOP,
+    compile s), kept in a row should it die later."""
+
+    figures: dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class Go(protocol.Message):
+    """The parent's: the child's turn to be timed has come."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Finished(protocol.Message):
+    """The child's last: its row (a StepRow as JSON)."""
+
+    row: dict[str, Any]
+
+
 class CaseProcess:
     """A case's child process, driven in two steps, so that a sweep can compile several
     cases at once and time one at a time (dew.bench.sweep.waves):
@@ -94,106 +115,93 @@ class CaseProcess:
         row = child.go()                     # its turn: warmup, timed windows, its row
 
     A child that dies at any point is a failed row, with what it reported before (params,
-    GFLOP, compile s) and the last line it wrote.
+    GFLOP, compile s) and the last line it wrote. So is one past its deadline, killed:
+    `compile_s` from its start until compiled, `timed_s` from its turn until its row
+    (dew.bench.runtime.protocol: COMPILE_S, TIMED_S).
     """
 
-    def __init__(self, case: Case, options: Options):
+    def __init__(
+        self,
+        case: Case,
+        options: Options,
+        *,
+        compile_s: float = protocol.COMPILE_S,
+        timed_s: float = protocol.TIMED_S,
+    ):
         self.case = case
         self.compiled: dict[str, Any] = {}
         self.row: StepRow | None = None
+        self.timed_s = timed_s
+        self._failure: protocol.ChildFailed | None = None
         context = forkserver_context(child_environment(options))
-        descriptor, self._output = tempfile.mkstemp(prefix="dew-case-", suffix=".log")
+        descriptor, output = tempfile.mkstemp(prefix="dew-case-", suffix=".log")
         os.close(descriptor)
         # The start time rides with the job: the child's "imports" phase (its start) is
         # measured from here.
         job = {"case": case.model_dump(), "options": dataclasses.asdict(options)}
         job["spawned"], job["parent_pid"] = time.time(), os.getpid()
-        self._connection, theirs = context.Pipe()
-        self.process = context.Process(
-            target=child_main, args=(job, theirs, self._output), daemon=True
-        )
+        connection, theirs = context.Pipe()
+        self.process = context.Process(target=child_main, args=(job, theirs, output), daemon=True)
+        self._compile_deadline = protocol.Deadline(compile_s)
         self.process.start()
         theirs.close()  # the child holds the other end: its exit is our end of file
+        self._child = protocol.Child(NAME, self.process, connection, log=output)
 
     @property
     def pid(self) -> int:
         return self.process.pid
 
     def wait_ready(self) -> bool:
-        """Block until the child is compiled and waits for its turn (True), or has ended
-        (False: its row, failed or compile-only, is then in `self.row` after `go()`)."""
-        return self._receive_until("compiled")
+        """Block until the child is compiled and waits for its turn (True), or has ended or
+        passed its compile deadline (False: its row, failed or compile-only, is then in
+        `self.row` after `go()`)."""
+        message = self._receive(
+            Compiled, Finished, phase="compile", deadline=self._compile_deadline
+        )
+        if isinstance(message, Compiled):
+            self.compiled = message.figures
+            return True
+        return False
 
     def go(self) -> StepRow:
         """Let a ready child time its case; return its row once it exits."""
-        if self.row is None:
-            self._send(GO)
-            self._receive_until("row")
+        if self.row is None and self._failure is None:
+            self._child.send(Go())
+            self._receive(Finished, phase="timing", deadline=self.timed_s)
         return self._finish()
 
     def kill(self) -> None:
-        if self.process.is_alive():
-            self.process.kill()
-        self.process.join()
-        self._close()
+        self._child.kill()
+        self._child.close()
 
-    def _send(self, message: str) -> None:
+    def _receive(self, *kinds, phase: str, deadline) -> protocol.Message | None:
+        """The child's next message; None when it failed (`self._failure` says how)."""
+        waiting_for = "its row" if kinds == (Finished,) else "its compiled step"
         try:
-            self._connection.send(message)
-        except OSError:  # it died: its exit status says how
-            pass
-
-    def _receive_until(self, kind: str) -> bool:
-        while True:
-            try:
-                received, payload = self._connection.recv()
-            except (EOFError, OSError):
-                return False  # it exited (or died)
-            if received == "row":
-                self.row = StepRow.model_validate_json(payload)
-                return kind == "row"
-            self.compiled = payload
-            if kind == "compiled":
-                return True
+            message = self._child.receive(
+                *kinds, phase=phase, deadline=deadline, waiting_for=waiting_for
+            )
+        except protocol.ChildFailed as failure:
+            self._failure = failure
+            return None
+        if isinstance(message, Finished):
+            self.row = StepRow.model_validate(message.row)
+        return message
 
     def _finish(self) -> StepRow:
-        self.process.join()
-        code = self.process.exitcode
-        last = None if self.row is not None else _last_line(self._output)  # only a death's
-        self._close()
+        self._child.finish()
+        self._child.close()
         if self.row is not None:
             return self.row
-        if code is not None and code < 0:
-            error = f"the case's process died of {signal.Signals(-code).name}"
-        else:
-            error = f"the case's process exited {code}"
-        if last:
-            error += f": {last[:ERROR_CHARS]}"
-        # It died mid-case: keep what it measured before (params, GFLOP, compile s).
-        return make_row(self.case, self.compiled, status="failed", error=error)
-
-    def _close(self) -> None:
-        self._connection.close()
-        try:
-            os.unlink(self._output)
-        except FileNotFoundError:
-            pass
-
-
-def _last_line(path: str) -> str | None:
-    try:
-        with open(path, "rb") as output:
-            output.seek(max(0, os.path.getsize(path) - 64 * 1024))
-            lines = output.read().decode(errors="replace").splitlines()
-    except OSError:
-        return None
-    lines = [line.strip() for line in lines if line.strip()]
-    return lines[-1] if lines else None
+        # It died or timed out mid-case: keep what it measured before (params, GFLOP,
+        # compile s).
+        return make_row(self.case, self.compiled, status="failed", error=str(self._failure))
 
 
 def child_main(job: dict[str, Any], connection, output: str) -> None:
-    """The child, forked from the server: the job's case, what it knows once compiled, then
-    (after GO) its row, on `connection`; its stdout and stderr to the file `output`."""
+    """The child, forked from the server: the job's case, Compiled once compiled, then
+    (after Go) Finished with its row, on `connection`; its stdout and stderr to the file
+    `output`."""
     # The cycle collector is off until the case is compiled: tracing and lowering make
     # millions of objects and no garbage worth a pass (4% of unet_2d_condition's CPU time
     # to there). Then one pass, and the survivors frozen, still in the compile stage: the
@@ -206,23 +214,19 @@ def child_main(job: dict[str, Any], connection, output: str) -> None:
     os.dup2(written, 1)
     os.dup2(written, 2)
     os.close(written)
-    exit_with(job["parent_pid"])
+    parent = protocol.ToParent(connection, job["parent_pid"])  # gone with the run
 
     def report_compiled(figures: dict[str, Any]) -> None:
         gc.collect()
         gc.freeze()
         gc.enable()
-        connection.send(("compiled", figures))
-        try:
-            go = connection.recv()
-        except EOFError:  # the parent died
-            go = None
-        if go != GO:  # the parent gave up on this case (or died)
+        parent.send(Compiled(figures))
+        if parent.receive(Go) is None:  # the parent gave up on this case (or died)
             _exit()
 
     options = Options(**job["options"])
     row = run_case(Case.model_validate(job["case"]), options, report_compiled, clock)
-    connection.send(("row", row.model_dump_json()))
+    parent.send(Finished(row.model_dump(mode="json")))
     # Nothing is left to do: skip the interpreter's and JAX's teardown (a second or more).
     _exit()
 
