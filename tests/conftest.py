@@ -1,6 +1,14 @@
 """Every test runs on CPU with 8 simulated devices, set before jax starts its backend."""
 
 import os
+import sys
+from pathlib import Path
+
+# tests/infra (the throwaway SLURM cluster, the browser driver) is the package `infra`:
+# tests/ on sys.path, whatever pytest's import mode (prepend adds it too, importlib does not).
+TESTS = str(Path(__file__).resolve().parent)
+if TESTS not in sys.path:
+    sys.path.insert(0, TESTS)
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):

@@ -1,6 +1,6 @@
 """The step benchmark on a real SLURM scheduler: a throwaway one-node cluster
-(dew.bench.slurm) runs docs/multihost/slurm-cpu.sbatch, 2 tasks x 4 simulated CPU devices,
-with JAX's SLURM detection forming the mesh.
+(tests/infra/slurm_cluster.py) runs docs/multihost/slurm-cpu.sbatch, 2 tasks x 4 simulated
+CPU devices, with JAX's SLURM detection forming the mesh.
 
 The cluster needs root (munged, slurmctld and slurmd run as root) and Debian's slurm-wlm
 and munge (installed with apt-get when missing). Without them the cluster tests are
@@ -11,13 +11,14 @@ import json
 import os
 import re
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from infra import slurm_cluster as slurm
 
-from dew.bench import slurm
 from dew.bench.multihost.launch import check_record
 from dew.bench.record import validate
 from dew.bench.record.schema import read_run
@@ -58,6 +59,26 @@ def _submit(cluster, results: Path, args: list[str], **env: str) -> slurm.Job:
 
 
 # --- without a cluster ------------------------------------------------------------------
+
+
+def test_the_cluster_module_loads_by_its_path_on_the_standard_library_alone():
+    """As the noxfile's slurm-smoke session loads it: by file path, registered in
+    sys.modules before it runs (its dataclasses look their module up there), in a Python
+    without site-packages (-I -S: no dew, no venv); its recipe path points into this repo."""
+    load = (
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('dew_slurm', {slurm.__file__!r})\n"
+        "module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(module)\n"
+        "assert 'dew' not in sys.modules and 'infra' not in sys.modules\n"
+        "print(module.CPU_RECIPE, callable(module.scheduler))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", load], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [str(slurm.CPU_RECIPE), "True"]
+    assert slurm.CPU_RECIPE.is_file()
 
 
 def test_recipe_leaves_the_mesh_to_jax_slurm_detection():
@@ -189,5 +210,8 @@ def test_a_killed_task_stops_the_other_and_keeps_the_finished_rows(cluster, tmp_
 
 
 def _log_noise(line: str) -> bool:
-    """absl log lines and gloo's connection chatter, not something the tool said."""
-    return bool(re.match(r"[IWEF]\d{4} |\[Gloo\]|\s+@ |\*\*\* ", line))
+    """absl log lines, gloo's connection chatter and the sweep's plain progress lines
+    (`[run] 1 cases`, `[run 1/1] simple_dit: compiling ...`, `[run] 1 done in ...`: the
+    second case starting, before the kill), not something the tool said about the stop.
+    A case's own result line (`[2/2] ...`) is not noise."""
+    return bool(re.match(r"[IWEF]\d{4} |\[Gloo\]|\s+@ |\*\*\* |\[[a-z]+( \d+/\d+)?\] ", line))

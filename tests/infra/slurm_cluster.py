@@ -1,6 +1,6 @@
 """A SLURM scheduler to submit to: the host's own, or a throwaway one-node cluster.
 
-    with slurm.scheduler(log=print) as cluster:
+    with slurm_cluster.scheduler(log=print) as cluster:
         job = cluster.submit(RECIPE, ["--architectures", "simple_dit"], env=..., output=...)
         code = job.wait()
 
@@ -10,7 +10,13 @@ this host alone, its configuration, keys, state and logs in a temporary director
 daemons are stopped and the directory removed whatever happens (an error, Ctrl-C,
 SIGTERM). The slurm-smoke nox session and tests/bench/test_slurm.py use it.
 
-Standard library only: the noxfile imports it before any environment exists.
+Standard library only, and no import of dew or of the rest of tests/infra: the noxfile
+loads this file by its path before any environment exists. A loader by path registers the
+module in sys.modules before running it (its dataclasses look their module up there):
+
+    spec = importlib.util.spec_from_file_location("dew_slurm_cluster", PATH)
+    slurm = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(slurm)
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]  # tests/infra/ -> the repository
 # The cpu-smoke recipe: 2 tasks x 4 simulated CPU devices, JAX's SLURM detection.
 CPU_RECIPE = ROOT / "docs" / "multihost" / "slurm-cpu.sbatch"
 PACKAGES = ("slurm-wlm", "munge")

@@ -1,0 +1,12 @@
+"""Test infrastructure: what the tests drive but dew itself never imports.
+
+slurm_cluster   a throwaway one-node SLURM cluster to submit to (munged, slurmctld and
+                slurmd as root); standard library only, because the noxfile's slurm-smoke
+                session loads it by file path before any environment exists
+browser         headless Chromium driven by Selenium through chromedriver (Debian's
+                chromium and chromium-driver): the site's browser test and the README's
+                screenshot
+
+The tests import it as the package `infra` (`from infra import slurm_cluster`):
+tests/conftest.py puts tests/ on sys.path, whatever pytest's import mode.
+"""
