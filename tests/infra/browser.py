@@ -1,234 +1,224 @@
-"""Headless Chromium over the DevTools protocol: open a page of the site from disk, read its
-DOM, collect every script error and every request that leaves the disk, take a screenshot.
+"""Headless Chromium driven by Selenium: open a page of the site from disk, evaluate
+JavaScript in it, collect its errors and every request that leaves the disk, take a
+screenshot.
 
-    with Chromium() as browser:
+    with Browser() as browser:
         page = browser.open(Path("results/site/index.html"))
-        page.errors          # uncaught exceptions, console.error, failed loads: one line each
-        page.external        # requests to anything but file:/data: URLs (a CDN, say)
         page.evaluate("document.querySelectorAll('a').length")
+        page.errors      # the browser log's errors: uncaught exceptions, console.error,
+                         # failed loads; one line each, "SOURCE: MESSAGE"
+        page.external    # requests to anything but file:/data:/about: URLs (a CDN, say)
         page.screenshot(Path("index.png"), width=1280, height=800)
 
-`python -m dew.bench.site.browser PAGE.html --screenshot PNG` takes one screenshot (the
-README's). Chromium is Debian's package (`apt-get install chromium`); the websocket
-client is websocket-client, in the dev extra. Both are loaded only here.
+The browser is Debian's chromium, the driver Debian's chromedriver (`apt-get install
+chromium chromium-driver`), both found on PATH ($DEW_CHROMIUM and $DEW_CHROMEDRIVER
+first); Selenium is given both, so Selenium Manager never looks for or downloads either.
+One page at a time: `open` loads the next page in the same window.
+
+The README's screenshot of uvit's page (docs/images/site-uvit.png), from the committed
+records:
+
+    python -m dew.bench.site results --out results/site
+    python tests/infra/browser.py --page results/site/arch/uvit.html \\
+        --screenshot docs/images/site-uvit.png --width 1100 --height 700 --overwrite
+
+Exit 0: written, the page logged no error and fetched nothing; 1: written, but the page
+has errors or requests that leave the disk (printed); 2: bad input or no browser.
 """
 
 from __future__ import annotations
 
-import base64
-import dataclasses
+import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
-import tempfile
-import time
-import urllib.request
 from pathlib import Path
 
-from dew.bench.common import cli
 from dew.bench.common.cli import UsageError
 from dew.bench.common.files import atomic_write, check_output_file
 
-PROG = "python -m dew.bench.site.browser"
-NAMES = ("chromium", "chromium-browser", "google-chrome")
+PROG = "python tests/infra/browser.py"
+CHROMIUM = ("DEW_CHROMIUM", ("chromium", "chromium-browser", "google-chrome"))
+CHROMEDRIVER = ("DEW_CHROMEDRIVER", ("chromedriver",))
+# Quiet and offline: nothing of Chromium's own (updates, sync, metrics) goes on the network.
 FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--headless=new", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--hide-scrollbars", "--remote-debugging-port=0", "--remote-allow-origins=*",
+    "--disable-default-apps", "--disable-extensions", "--hide-scrollbars",
 )  # fmt: skip
-TIMEOUT_S = 60.0
+LOCAL_SCHEMES = ("file:", "data:", "about:", "blob:")
+TIMEOUT_S = 60
+
+
+class BrowserError(RuntimeError):
+    """No browser or driver, or the browser did not start (one line)."""
+
+
+def _find(spec: tuple[str, tuple[str, ...]]) -> str | None:
+    variable, names = spec
+    candidates = [os.environ.get(variable), *names]
+    return next((shutil.which(name) for name in candidates if name and shutil.which(name)), None)
 
 
 def find_chromium() -> str | None:
     """The Chromium binary on PATH ($DEW_CHROMIUM first), or None."""
-    candidates = [os.environ.get("DEW_CHROMIUM"), *NAMES]
-    return next((shutil.which(name) for name in candidates if name and shutil.which(name)), None)
+    return _find(CHROMIUM)
 
 
-class BrowserError(RuntimeError):
-    pass
+def find_chromedriver() -> str | None:
+    """chromedriver on PATH ($DEW_CHROMEDRIVER first), or None."""
+    return _find(CHROMEDRIVER)
 
 
-class Chromium:
-    """One headless Chromium with a fresh profile, closed (and its profile removed) on exit."""
+def missing() -> str | None:
+    """What is missing to drive a browser, as one line with its fix (None: nothing)."""
+    lacking = [
+        f"{what} is not installed (apt-get install {package})"
+        for what, package, found in (
+            ("chromium", "chromium", find_chromium()),
+            ("chromedriver", "chromium-driver", find_chromedriver()),
+        )
+        if found is None
+    ]
+    return "; ".join(lacking) or None
 
-    def __init__(self, binary: str | None = None, timeout: float = TIMEOUT_S):
-        self.binary = binary or find_chromium()
-        if self.binary is None:
-            raise BrowserError("chromium is not installed: apt-get install chromium")
+
+class Browser:
+    """One headless Chromium under chromedriver, with chromedriver's fresh temporary
+    profile; both quit on exit."""
+
+    def __init__(self, timeout: float = TIMEOUT_S):
+        problem = missing()
+        if problem:
+            raise BrowserError(problem)
+        self.chromium, self.chromedriver = find_chromium(), find_chromedriver()
         self.timeout = timeout
-        self.profile = Path(tempfile.mkdtemp(prefix="dew-chromium-"))
-        self.process: subprocess.Popen | None = None
-        self.log = self.profile / "chromium.log"
+        self.driver = None
+        self.current: Page | None = None
 
-    def __enter__(self) -> Chromium:
-        with open(self.log, "wb") as log:
-            self.process = subprocess.Popen(
-                [self.binary, *FLAGS, f"--user-data-dir={self.profile}", "about:blank"],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            )  # fmt: skip
-        self.port = self._port()
+    def __enter__(self) -> Browser:
+        from selenium import webdriver
+        from selenium.common.exceptions import WebDriverException
+        from selenium.webdriver.chrome.service import Service
+
+        options = webdriver.ChromeOptions()
+        options.binary_location = self.chromium
+        for flag in FLAGS:
+            options.add_argument(flag)
+        if os.geteuid() == 0:
+            options.add_argument("--no-sandbox")  # Chromium's sandbox refuses root
+        # The console and the network: the browser log has the errors, the performance log
+        # DevTools' Network events.
+        options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
+        service = Service(executable_path=self.chromedriver)
+        try:
+            self.driver = webdriver.Chrome(options=options, service=service)
+        except WebDriverException as error:
+            first = (error.msg or str(error)).strip().splitlines()[:1] or ["no message"]
+            raise BrowserError(f"{self.chromium} under {self.chromedriver}: {first[0]}") from None
+        self.driver.set_page_load_timeout(self.timeout)
+        self.driver.set_script_timeout(self.timeout)
         return self
 
     def __exit__(self, *exc) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        shutil.rmtree(self.profile, ignore_errors=True)
-
-    def _port(self) -> int:
-        """Chromium writes its DevTools port to the profile once it listens."""
-        marker = self.profile / "DevToolsActivePort"
-        deadline = time.monotonic() + self.timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                tail = self.log.read_text(errors="replace").strip().splitlines()[-1:] or [""]
-                raise BrowserError(f"chromium exited {self.process.returncode}: {tail[0]}")
-            text = marker.read_text() if marker.is_file() else ""
-            if text.strip():
-                return int(text.split()[0])
-            time.sleep(0.1)
-        raise BrowserError(f"chromium opened no DevTools port within {self.timeout:.0f} s")
+        if self.driver is not None:
+            self.driver.quit()
+            self.driver = None
 
     def open(self, page: Path) -> Page:
-        """Load `page` (a file) in a new tab and wait for its load event."""
-        request = urllib.request.Request(
-            f"http://127.0.0.1:{self.port}/json/new?about:blank", method="PUT"
-        )
-        with urllib.request.urlopen(request, timeout=self.timeout) as response:
-            target = json.load(response)
-        tab = Page(target["webSocketDebuggerUrl"], self.timeout)
-        tab.load(Path(page).resolve().as_uri())
-        return tab
+        """Load `page` (a file) in the window, returning once its load event has fired.
+        What the previous page logged is read before, and left to that page."""
+        if self.current is not None:
+            self.current.collect()
+        self.current = Page(self, Path(page).resolve().as_uri())
+        self.driver.get(self.current.url)
+        self.current.collect()
+        return self.current
 
 
-@dataclasses.dataclass
 class Page:
-    """One tab, driven over its DevTools websocket."""
+    """The page in the browser's window; its `errors` and `external` grow with whatever
+    it logs until the next `open`."""
 
-    url: str
-    timeout: float
-    errors: list[str] = dataclasses.field(default_factory=list)
-    external: list[str] = dataclasses.field(default_factory=list)
+    def __init__(self, browser: Browser, url: str):
+        self.browser = browser
+        self.url = url
+        self._errors: list[str] = []
+        self._external: list[str] = []
 
-    def __post_init__(self) -> None:
-        import websocket
+    @property
+    def driver(self):
+        if self.browser.current is not self:
+            raise BrowserError(f"{self.url} is no longer the open page")
+        return self.browser.driver
 
-        self.socket = websocket.create_connection(
-            self.url, timeout=self.timeout, suppress_origin=True
-        )
-        self.next_id = 0
-        self.events: list[dict] = []
-        for domain in ("Runtime", "Log", "Page", "Network"):
-            self.call(f"{domain}.enable")
+    @property
+    def errors(self) -> list[str]:
+        if self.browser.current is self:
+            self.collect()
+        return list(self._errors)
 
-    def call(self, method: str, **params) -> dict:
-        self.next_id += 1
-        ask = self.next_id
-        self.socket.send(json.dumps({"id": ask, "method": method, "params": params}))
-        while True:
-            message = self._receive()
-            if message.get("id") == ask:
-                if "error" in message:
-                    raise BrowserError(f"{method}: {message['error'].get('message')}")
-                return message.get("result", {})
+    @property
+    def external(self) -> list[str]:
+        if self.browser.current is self:
+            self.collect()
+        return list(self._external)
 
-    def _receive(self) -> dict:
-        message = json.loads(self.socket.recv())
-        if "method" in message:
-            self._note(message["method"], message.get("params", {}))
-        return message
-
-    def _note(self, method: str, params: dict) -> None:
-        """Keep what matters of an event: errors and requests that leave the disk."""
-        self.events.append({"method": method})
-        if method == "Runtime.exceptionThrown":
-            details = params.get("exceptionDetails", {})
-            text = details.get("exception", {}).get("description") or details.get("text")
-            self.errors.append(f"uncaught: {str(text).splitlines()[0]} ({details.get('url')})")
-        elif method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
-            args = " ".join(str(a.get("value", a.get("description"))) for a in params["args"])
-            self.errors.append(f"console.{params['type']}: {args}")
-        elif method == "Log.entryAdded" and params["entry"].get("level") == "error":
-            entry = params["entry"]
-            self.errors.append(f"{entry.get('source')}: {entry.get('text')} {entry.get('url', '')}")
-        elif method == "Network.requestWillBeSent":
-            url = params["request"]["url"]
-            if not url.startswith(("file:", "data:", "about:")):
-                self.external.append(url)
-
-    def load(self, url: str) -> None:
-        self.events.clear()
-        self.call("Page.navigate", url=url)
-        deadline = time.monotonic() + self.timeout
-        while not any(e["method"] == "Page.loadEventFired" for e in self.events):
-            if time.monotonic() > deadline:
-                raise BrowserError(f"{url} did not load within {self.timeout:.0f} s")
-            self._receive()
+    def collect(self) -> None:
+        """Take in the new entries of the browser's logs (reading a log empties it)."""
+        for entry in self.driver.get_log("browser"):
+            if entry.get("level") == "SEVERE":
+                self._errors.append(f"{entry.get('source')}: {entry.get('message')}")
+        for entry in self.driver.get_log("performance"):
+            event = json.loads(entry["message"])["message"]
+            if event.get("method") == "Network.requestWillBeSent":
+                url = event["params"]["request"]["url"]
+                if not url.startswith(LOCAL_SCHEMES):
+                    self._external.append(url)
 
     def evaluate(self, expression: str):
         """The value of a JavaScript expression in the page (JSON-able values)."""
-        result = self.call("Runtime.evaluate", expression=expression, returnByValue=True)
-        if "exceptionDetails" in result:
-            raise BrowserError(f"{expression}: {result['exceptionDetails'].get('text')}")
-        return result["result"].get("value")
+        return self.driver.execute_script(f"return (\n{expression}\n);")
 
     def screenshot(self, path: Path, *, width: int = 1280, height: int = 800) -> Path:
-        """A PNG of the page's top `height` pixels at `width`, written atomically."""
-        self.call(
-            "Emulation.setDeviceMetricsOverride",
-            width=width, height=height, deviceScaleFactor=1, mobile=False,
-        )  # fmt: skip
-        shot = self.call("Page.captureScreenshot", format="png")
-        return atomic_write(path, base64.b64decode(shot["data"]))
-
-    def close(self) -> None:
-        self.socket.close()
-
-
-@dataclasses.dataclass
-class Args:
-    """Open a page of the site in headless Chromium, print its script errors and write a
-    screenshot. Exit 0: no error; 1: the page has script errors or leaves the disk; 2: bad
-    input."""
-
-    page: str
-    """the HTML file to open (e.g. results/site/index.html)"""
-    screenshot: str
-    """the PNG to write"""
-    width: int = 1280
-    height: int = 800
-    overwrite: bool = False
-    """let --screenshot replace an existing file"""
+        """A PNG of the page's top `height` pixels at `width` CSS pixels, written atomically."""
+        metrics = {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False}
+        self.driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)
+        try:
+            png = self.driver.get_screenshot_as_png()
+        finally:
+            self.driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+        return atomic_write(path, png)
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    return cli.run(PROG, lambda: _main(cli.parse(Args, argv, prog=PROG)))
-
-
-def _main(args: Args) -> int:
-    page_path = Path(args.page)
-    if not page_path.is_file():
-        raise UsageError(f"--page {page_path}: no such file")
-    out = check_output_file(args.screenshot, flag="--screenshot", overwrite=args.overwrite)
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Open a page of the site in headless Chromium, print its script errors "
+        "and requests that leave the disk, and write a screenshot.",
+    )
+    parser.add_argument("--page", required=True, type=Path, help="the HTML file to open")
+    parser.add_argument("--screenshot", required=True, help="the PNG to write")
+    parser.add_argument("--width", type=int, default=1280)
+    parser.add_argument("--height", type=int, default=800)
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing PNG")
+    args = parser.parse_args(argv)
     try:
-        with Chromium() as browser:
-            page = browser.open(page_path)
+        if not args.page.is_file():
+            raise UsageError(f"--page {args.page}: no such file")
+        out = check_output_file(args.screenshot, flag="--screenshot", overwrite=args.overwrite)
+        with Browser() as browser:
+            page = browser.open(args.page)
             page.screenshot(out, width=args.width, height=args.height)
-            page.close()
-    except BrowserError as error:
-        raise UsageError(str(error)) from None
-    for line in page.errors + [f"external request: {url}" for url in page.external]:
-        print(f"{page_path}: {line}", file=sys.stderr)
+            problems = page.errors + [f"external request: {url}" for url in page.external]
+    except (UsageError, BrowserError) as error:
+        print(f"{PROG}: {error}", file=sys.stderr)
+        return 2
+    for line in problems:
+        print(f"{args.page}: {line}", file=sys.stderr)
     print(f"screenshot: {out}")
-    return cli.EXIT_CHANGED if page.errors or page.external else cli.EXIT_OK
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":
