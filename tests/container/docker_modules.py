@@ -1,8 +1,12 @@
-"""The standard-library modules under docker/, loaded by path as the noxfile loads them
-(docker/ is not a package): one loader for every container test."""
+"""The standard-library modules under docker/, imported as the noxfile imports them: from
+the package `dew_docker` that the noxfile's `load` makes of docker/ (docker/ is no installed
+package and is on no sys.path), so that every test and the sessions share one module of each.
+"""
 
 from __future__ import annotations
 
+import importlib
+import importlib.machinery
 import importlib.util
 import sys
 from pathlib import Path
@@ -10,10 +14,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def load(name: str, file: str):
-    """docker/<file> as module `name` (registered in sys.modules, for dataclasses)."""
-    spec = importlib.util.spec_from_file_location(name, ROOT / "docker" / file)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+def load(module: str):
+    """docker/<module>.py as `dew_docker.<module>` (the package made first, once, as the
+    noxfile's `load` makes it)."""
+    if "dew_docker" not in sys.modules:
+        spec = importlib.machinery.ModuleSpec("dew_docker", None, is_package=True)
+        spec.submodule_search_locations = [str(ROOT / "docker")]
+        sys.modules["dew_docker"] = importlib.util.module_from_spec(spec)
+    return importlib.import_module(f"dew_docker.{module}")

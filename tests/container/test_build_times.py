@@ -5,7 +5,7 @@ import json
 
 from docker_modules import load
 
-containers = load("dew_engine", "engine.py")
+containers = load("engine")
 
 
 def test_the_times_live_in_the_cache_dir():

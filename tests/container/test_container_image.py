@@ -8,12 +8,10 @@ cached (podman's store, ~/.cache/dew), so only the first run on a machine pays f
 
 import contextlib
 import hashlib
-import importlib.util
 import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,7 +23,11 @@ ROOT = Path(__file__).resolve().parents[2]
 SMOKE_ENV = {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
 
 
-containers = load("dew_engine", "engine.py")
+containers = load("engine")
+bases = load("base")
+images = load("image")
+runner = load("runner")
+stacks = load("stacks")
 
 
 def _unavailable(reason: str):
@@ -44,15 +46,15 @@ def engine():
 
 @pytest.fixture(scope="module")
 def cpu_image(engine):
-    base = containers.OFFLINE_BASE_IMAGE
+    base = bases.OFFLINE_BASE_IMAGE
     if not containers.image_exists(engine, base) and not shutil.which("debootstrap"):
         _unavailable("debootstrap is not installed, so the offline base cannot be built")
-    containers.build_offline_base(engine, base)
-    return containers.build_image(engine, "cpu", base)
+    bases.build_offline_base(engine, base)
+    return images.build_image(engine, "cpu", base)
 
 
 def _run(engine, image, command, mounts=()):
-    argv = containers.run_argv(engine, image, command, env=SMOKE_ENV, mounts=mounts)
+    argv = runner.run_argv(engine, image, command, env=SMOKE_ENV, mounts=mounts)
     return subprocess.run(argv, capture_output=True, text=True, timeout=900)
 
 
@@ -71,7 +73,7 @@ def test_image_labels_name_its_stack_and_a_second_build_reuses_it(engine, cpu_im
     assert labels["dew.variant"] == "cpu"
     assert labels["dew.lock.sha256"] == lock_sha
     assert labels["org.opencontainers.image.base.digest"] == cpu_image.base_digest
-    again = containers.build_image(engine, "cpu", cpu_image.base)
+    again = images.build_image(engine, "cpu", cpu_image.base)
     assert (again.ref, again.id, again.built) == (cpu_image.ref, cpu_image.id, False)
 
 
@@ -94,15 +96,6 @@ def test_a_cpu_smoke_case_in_the_image_records_the_container(engine, cpu_image, 
     assert container["variant"] == "cpu"
     assert container["tag"] == cpu_image.ref and container["base_packages"]
     assert (out / "step.json").stat().st_uid == os.getuid()
-
-
-def _stacks():
-    sys.modules["dew_engine"] = containers  # stacks.py uses this module: one EngineError
-    spec = importlib.util.spec_from_file_location("dew_stacks", ROOT / "docker" / "stacks.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_the_record_names_the_whole_stack(engine, cpu_image, tmp_path):
@@ -136,7 +129,7 @@ def test_a_root_caller_runs_as_the_image_user_and_keeps_what_it_writes(engine, c
     script = "id -u > $0/uid; mkdir $0/made; id -un > $0/made/name"
     result = _run(engine, cpu_image, ["sh", "-c", script, "/out"], [(out, "/out", "rw")])
     assert result.returncode == 0, result.stderr[-2000:]
-    uid, _ = containers.image_user(engine, cpu_image.ref)
+    uid, _ = runner.image_user(engine, cpu_image.ref)
     assert int((out / "uid").read_text()) == uid != 0  # dew's image: dew, 10001
     assert (out / "made" / "name").read_text().strip() == "dew"
     for path in (out, out / "uid", out / "made", out / "made" / "name"):
@@ -144,7 +137,6 @@ def test_a_root_caller_runs_as_the_image_user_and_keeps_what_it_writes(engine, c
 
 
 def test_a_stack_materialised_at_head_runs_and_labels_that_commit(engine, cpu_image):
-    stacks = _stacks()
     head = containers.git_commit()[0]
     before = subprocess.run(["git", "worktree", "list"], capture_output=True, text=True, cwd=ROOT)
     built = []
@@ -167,7 +159,6 @@ def test_a_stack_materialised_at_head_runs_and_labels_that_commit(engine, cpu_im
 def test_a_stack_whose_image_fails_to_build_leaves_nothing(
     engine, cpu_image, monkeypatch, tmp_path
 ):
-    stacks = _stacks()
     broken = tmp_path / "tree"
     for part in ("src", "tools", "locks", "docker"):
         (broken / part).mkdir(parents=True)
@@ -189,5 +180,5 @@ def test_a_stack_whose_image_fails_to_build_leaves_nothing(
     ):
         stacks.materialise(engine, spec, cpu_image.base, built, log=lambda *_: None)
     assert built == []
-    tag = containers.image_tag("cpu", cpu_image.base_digest, broken, "0" * 40)
+    tag = images.image_tag("cpu", cpu_image.base_digest, broken, "0" * 40)
     assert not containers.image_exists(engine, tag)

@@ -1,5 +1,6 @@
-"""docker/engine.py's parts that need no engine: the mirror read from apt's configuration,
-the image tag's content hash, the engine choice, and the Dockerfile's lint."""
+"""docker/'s parts that need no engine: the mirror read from apt's configuration (base.py),
+the image tag's content hash (image.py), the engine choice (engine.py), and the Dockerfile's
+lint."""
 
 import shutil
 import subprocess
@@ -12,7 +13,9 @@ from docker_modules import load
 ROOT = Path(__file__).resolve().parents[2]
 
 
-containers = load("dew_engine", "engine.py")
+containers = load("engine")
+bases = load("base")
+images = load("image")
 
 
 def _etc_apt(tmp_path: Path, sources: str = "", listing: str = "") -> Path:
@@ -32,7 +35,7 @@ def test_mirror_is_the_main_archive_of_a_deb822_file_not_its_security_pocket(tmp
         "# a comment: with a colon\nTypes: deb\nURIs: http://archive.example/debian/\n"
         "Suites: bookworm bookworm-updates\nComponents: main\n"
     )
-    assert containers.apt_mirror(_etc_apt(tmp_path, sources=sources)) == (
+    assert bases.apt_mirror(_etc_apt(tmp_path, sources=sources)) == (
         "http://archive.example/debian"
     )
 
@@ -42,23 +45,23 @@ def test_mirror_from_a_one_line_sources_list_with_options(tmp_path):
         "# deb http://old.example/debian buster main\n"
         "deb [arch=amd64 signed-by=/k.gpg] http://archive.example/debian trixie main\n"
     )
-    assert containers.apt_mirror(_etc_apt(tmp_path, listing=listing)) == (
+    assert bases.apt_mirror(_etc_apt(tmp_path, listing=listing)) == (
         "http://archive.example/debian"
     )
 
 
 def test_no_archive_in_apt_is_one_clear_error(tmp_path):
     with pytest.raises(containers.EngineError, match="no Debian archive found"):
-        containers.apt_mirror(_etc_apt(tmp_path))
+        bases.apt_mirror(_etc_apt(tmp_path))
 
 
 def test_image_tag_changes_with_variant_and_base_digest_and_is_stable():
-    tag = containers.image_tag("cpu", "localhost/base@sha256:" + "a" * 64)
-    assert tag == containers.image_tag("cpu", "localhost/base@sha256:" + "a" * 64)
+    tag = images.image_tag("cpu", "localhost/base@sha256:" + "a" * 64)
+    assert tag == images.image_tag("cpu", "localhost/base@sha256:" + "a" * 64)
     assert tag.startswith("localhost/dew:cpu-")
-    assert tag != containers.image_tag("cpu", "localhost/base@sha256:" + "b" * 64)
-    assert containers.image_tag("cuda13", "x").startswith("localhost/dew:cuda13-")
-    assert containers.image_tag("cuda13", "x") != containers.image_tag("cuda12", "x")
+    assert tag != images.image_tag("cpu", "localhost/base@sha256:" + "b" * 64)
+    assert images.image_tag("cuda13", "x").startswith("localhost/dew:cuda13-")
+    assert images.image_tag("cuda13", "x") != images.image_tag("cuda12", "x")
 
 
 def test_dew_engine_is_checked_and_none_means_no_engine():

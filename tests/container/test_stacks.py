@@ -1,7 +1,8 @@
-"""docker/stacks.py and the stack naming in docker/engine.py, the parts that need no engine:
-what can and cannot be reproduced from a record, the A/B command line and round order, the
-step tool's flags for a record's settings, worktrees that never outlive their use, the
-directories handed to the image's user, and the base's packages and snapshot."""
+"""docker/stacks.py, docker/ab.py and the stack naming in docker/image.py, base.py and
+runner.py, the parts that need no engine: what can and cannot be reproduced from a record,
+the A/B command line and round order, the step tool's flags for a record's settings,
+worktrees that never outlive their use, the directories handed to the image's user, and the
+base's packages and snapshot."""
 
 import json
 import subprocess
@@ -11,12 +12,18 @@ from pathlib import Path
 import pytest
 from docker_modules import load
 
+from dew.bench.record import stack
+
 ROOT = Path(__file__).resolve().parents[2]
 PUBLISHED = ROOT / "results" / "published" / "2026-09-02-rtx4080-6b0f119-small.json"
 
 
-containers = load("dew_engine", "engine.py")
-stacks = load("dew_stacks", "stacks.py")
+bases = load("base")
+images = load("image")
+runner = load("runner")
+handover = load("handover")
+stacks = load("stacks")
+ab = load("ab")
 
 
 def git(*args: str) -> str:
@@ -116,14 +123,14 @@ def test_the_record_settings_become_the_tools_own_flags_only_when_set():
 
 
 def test_the_issue_command_line_parses():
-    args = stacks.parse_ab(["HEAD~3", "HEAD", "--preset", "cpu-smoke", "--architectures",
+    args = ab.parse_ab(["HEAD~3", "HEAD", "--preset", "cpu-smoke", "--architectures",
                             "simple_dit", "uvit", "--a-env", "XLA_FLAGS=--x=1",
                             "--b-xla-flags", "--xla_cpu_y=2"])  # fmt: skip
     assert (args.a, args.b, args.rounds, args.preset) == ("HEAD~3", "HEAD", 7, "cpu-smoke")
     assert args.architectures == ["simple_dit", "uvit"]
     env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
-    assert stacks.side_env(env, args, "A")["XLA_FLAGS"] == "--x=1"
-    assert stacks.side_env(env, args, "B")["XLA_FLAGS"].endswith("count=8 --xla_cpu_y=2")
+    assert ab.side_env(env, args, "A")["XLA_FLAGS"] == "--x=1"
+    assert ab.side_env(env, args, "B")["XLA_FLAGS"].endswith("count=8 --xla_cpu_y=2")
 
 
 @pytest.mark.parametrize(
@@ -141,28 +148,28 @@ def test_the_issue_command_line_parses():
 )
 def test_bad_ab_input_is_one_line(argv, message):
     with pytest.raises(stacks.Unreproducible, match=message) as error:
-        stacks.parse_ab(argv)
+        ab.parse_ab(argv)
     assert "\n" not in str(error.value)
 
 
 def test_an_unknown_side_is_neither_record_commit_nor_image():
     with pytest.raises(stacks.Unreproducible, match="'nosuchthing' is neither a record file"):
-        stacks.resolve_side(None, "A", "nosuchthing", "cpu")
+        ab.resolve_side(None, "A", "nosuchthing", "cpu")
     with pytest.raises(stacks.Unreproducible, match="published record"):
-        stacks.resolve_side(None, "B", str(PUBLISHED), "cpu")
+        ab.resolve_side(None, "B", str(PUBLISHED), "cpu")
 
 
 def test_the_side_going_first_alternates_by_round_and_by_case():
-    firsts = [[stacks.order(r, u)[0] for u in range(3)] for r in range(4)]
+    firsts = [[ab.order(r, u)[0] for u in range(3)] for r in range(4)]
     assert firsts == [["A", "B", "A"], ["B", "A", "B"], ["A", "B", "A"], ["B", "A", "B"]]
     for r in range(4):  # every case runs A and B once a round
-        assert all(sorted(stacks.order(r, u)) == ["A", "B"] for u in range(3))
+        assert all(sorted(ab.order(r, u)) == ["A", "B"] for u in range(3))
 
 
 def test_units_are_one_process_per_architecture_or_case():
     cases = '[{"architecture": "uvit"}, {"architecture": "causal_transformer", "head_chunks": 1}]'
-    args = stacks.parse_ab(["A", "B", "--cases", cases])
-    units = stacks.units(args)
+    args = ab.parse_ab(["A", "B", "--cases", cases])
+    units = ab.units(args)
     assert [u["label"] for u in units] == ["uvit", "causal_transformer"]
     assert units[1]["args"] == [
         "--cases",
@@ -170,14 +177,14 @@ def test_units_are_one_process_per_architecture_or_case():
     ]
 
 
-# --- engine.py: the image's name, its base, and what the image's user may write ---------------
+# --- the image's name, its base, and what the image's user may write ---------------------------
 
 
 def test_a_stack_image_tag_holds_its_commit():
     commit = "fea970e9c19efb9b385bc8977af1d38661d38c60"
-    tag = containers.image_tag("cpu", "localhost/base@sha256:" + "a" * 64, commit=commit)
+    tag = images.image_tag("cpu", "localhost/base@sha256:" + "a" * 64, commit=commit)
     assert tag.startswith("localhost/dew-stack:cpu-fea970e9c19e-")
-    assert containers.image_tag("cpu", "localhost/base@sha256:" + "a" * 64).startswith(
+    assert images.image_tag("cpu", "localhost/base@sha256:" + "a" * 64).startswith(
         "localhost/dew:cpu-"
     )
 
@@ -188,31 +195,29 @@ def test_the_base_packages_and_snapshot_are_read_and_differences_named():
         "Package: gone\nStatus: deinstall ok config-files\nVersion: 1\n\n"
         "Package: python3\nStatus: install ok installed\nVersion: 3.13.5-1\n"
     )
-    assert containers.dpkg_status_packages(status) == ["libc6=2.41-12", "python3=3.13.5-1"]
-    assert containers._release_date("Origin: Debian\nDate: Sat, 21 Nov 2026 09:15:44 UTC\n") == (
+    assert bases.dpkg_status_packages(status) == ["libc6=2.41-12", "python3=3.13.5-1"]
+    assert bases._release_date("Origin: Debian\nDate: Sat, 21 Nov 2026 09:15:44 UTC\n") == (
         "2026-11-21T09:15:44Z"
     )
-    assert containers.package_differences(["a=1", "b=2"], ["a=1", "b=3", "c=1"]) == [
+    assert stack.package_differences(["a=1", "b=2"], ["a=1", "b=3", "c=1"]) == [
         "b: 2 -> 3",
         "c: absent -> 1",
     ]
 
 
 def test_how_a_base_comes_back_or_why_it_cannot():
-    pulled = containers._rebuild_statement(
+    pulled = bases._rebuild_statement(
         "docker.io/library/ubuntu:24.04", "docker.io/library/ubuntu@sha256:" + "b" * 64, {},
         "noble", None,
     )  # fmt: skip
     assert pulled == "pull docker.io/library/ubuntu@sha256:" + "b" * 64
-    offline = containers._rebuild_statement(
-        containers.OFFLINE_BASE_IMAGE, "localhost/dew-base@sha256:" + "c" * 64, {}, "trixie",
+    offline = bases._rebuild_statement(
+        bases.OFFLINE_BASE_IMAGE, "localhost/dew-base@sha256:" + "c" * 64, {}, "trixie",
         "2026-11-21T09:15:44Z",
     )  # fmt: skip
     assert offline.startswith("debootstrap --variant=minbase --include=python3")
     assert "trixie from the Debian archive as of 2026-11-21T09:15:44Z" in offline
-    unknown = containers._rebuild_statement(
-        "localhost/mine:1", "sha256:" + "d" * 64, {}, None, None
-    )
+    unknown = bases._rebuild_statement("localhost/mine:1", "sha256:" + "d" * 64, {}, None, None)
     assert unknown.startswith("cannot be rebuilt: localhost/mine:1 is a local image")
 
 
@@ -227,8 +232,8 @@ def test_the_directories_a_command_writes_into_are_named_from_its_arguments(tmp_
         "--plot=/opt/dew/results/runs/r1/new/chart.png", "--compilation-cache-dir", "/cache/xla",
         "--preset", "cpu-smoke",
     ]  # fmt: skip
-    assert containers.written_dirs(command, volumes) == [cache, run]
-    assert containers.written_dirs(["python", "-c", "print(1)"], volumes) == []
+    assert runner.written_dirs(command, volumes) == [cache, run]
+    assert runner.written_dirs(["python", "-c", "print(1)"], volumes) == []
 
 
 def test_hand_over_lends_the_directories_and_gives_everything_back(tmp_path):
@@ -245,14 +250,14 @@ def test_hand_over_lends_the_directories_and_gives_everything_back(tmp_path):
     ]
     write = "import pathlib, sys; pathlib.Path(sys.argv[1], 'w').write_text('x')"
     script = [sys.executable, "-c", write, str(tmp_path / "sub")]
-    code = containers.hand_over(["12345:12345", str(tmp_path), "--", *script])
+    code = handover.hand_over(["12345:12345", str(tmp_path), "--", *script])
     assert code == 0 and (tmp_path / "sub" / "w").read_text() == "x"
     caller = os.getuid()
     for path in (tmp_path, tmp_path / "sub", tmp_path / "sub" / "w"):
         assert path.stat().st_uid == caller
     if caller == 0:
         lent = subprocess.run(
-            [sys.executable, str(ROOT / "docker" / "engine.py"), "hand-over", "12345:12345",
+            [sys.executable, str(ROOT / "docker" / "handover.py"), "hand-over", "12345:12345",
              str(tmp_path), "--", *probe], capture_output=True, text=True,
         )  # fmt: skip
         assert lent.stdout.strip() == "12345" and tmp_path.stat().st_uid == 0

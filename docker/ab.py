@@ -1,0 +1,216 @@
+"""`nox -s ab`: two stacks, each a commit, a record or an image, timed side by side on this
+host in paired, interleaved rounds; the records and the plan dew.bench.analysis.ab pairs.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .engine import VARIANTS, image_exists
+from .image import image_from_ref
+from .runner import run_argv, to_image_path
+from .stacks import StackSpec, Unreproducible, git, resolve_commit, spec_from_record
+
+TOOL = "tools/benchmark_step.py"
+
+AB_USAGE = (
+    "ab A B [--rounds R] [--preset P] (--architectures NAME... | --cases JSON) [--steps N] "
+    "[--warmup N] [--variant cpu|cuda12|cuda13] [--a-env K=V]... [--b-env K=V]... "
+    "[--a-xla-flags FLAGS] [--b-xla-flags FLAGS] [--band PCT] [--alpha A]"
+)
+
+
+@dataclass
+class AbArgs:
+    a: str
+    b: str
+    rounds: int = 7  # the fewest whose signed-rank test can reach p < 0.05 over two cases
+    preset: str | None = None
+    architectures: list[str] = field(default_factory=list)
+    cases: list[dict] = field(default_factory=list)
+    steps: int | None = None
+    warmup: int | None = None
+    variant: str = "cpu"
+    env: dict = field(default_factory=lambda: {"A": {}, "B": {}})
+    xla_flags: dict = field(default_factory=lambda: {"A": "", "B": ""})
+    band: float = 5.0
+    alpha: float = 0.05
+
+
+def parse_ab(argv: Sequence[str]) -> AbArgs:
+    """`nox -s ab -- A B [flags]` (AB_USAGE); Unreproducible names the bad word."""
+    words, positional = list(argv), []
+    values: dict = {"env": {"A": {}, "B": {}}, "xla_flags": {"A": "", "B": ""}}
+    numbers = {"--rounds": int, "--steps": int, "--warmup": int, "--band": float, "--alpha": float}
+    while words:
+        word = words.pop(0)
+        name, eq, inline = word.partition("=")
+        if not word.startswith("--"):
+            positional.append(word)
+            continue
+        if name in ("--architectures",):
+            taken = [inline] if eq else []
+            while words and not words[0].startswith("--"):
+                taken.append(words.pop(0))
+            if not taken:
+                raise Unreproducible("--architectures needs at least one name")
+            values["architectures"] = taken
+            continue
+        if not eq and not words:
+            raise Unreproducible(f"{name} needs a value; usage: {AB_USAGE}")
+        value = inline if eq else words.pop(0)
+        if name in numbers:
+            try:
+                values[name[2:]] = numbers[name](value)
+            except ValueError:
+                raise Unreproducible(f"{name} {value!r} is not a number") from None
+        elif name in ("--preset", "--variant"):
+            values[name[2:]] = value
+        elif name == "--cases":
+            try:
+                cases = json.loads(value)
+            except ValueError as error:
+                raise Unreproducible(f"--cases is not valid JSON: {error}") from None
+            if not isinstance(cases, list) or not all(isinstance(c, dict) for c in cases):
+                raise Unreproducible("--cases must be a JSON list of objects of case fields")
+            values["cases"] = cases
+        elif name in ("--a-env", "--b-env"):
+            key, sep, setting = value.partition("=")
+            if not sep or not key:
+                raise Unreproducible(f"{name} {value!r} is not KEY=VALUE")
+            values["env"][name[2].upper()][key] = setting
+        elif name in ("--a-xla-flags", "--b-xla-flags"):
+            values["xla_flags"][name[2].upper()] = value
+        else:
+            raise Unreproducible(f"unrecognized argument {name}; usage: {AB_USAGE}")
+    if len(positional) != 2:
+        raise Unreproducible(f"ab takes two stacks A and B, got {len(positional)}: {AB_USAGE}")
+    args = AbArgs(positional[0], positional[1], **values)
+    if args.rounds < 1:
+        raise Unreproducible(f"--rounds must be at least 1 (got {args.rounds})")
+    if args.variant not in VARIANTS:
+        raise Unreproducible(f"--variant {args.variant!r} is not one of: cpu, cuda12, cuda13")
+    if not args.architectures and not args.cases:
+        raise Unreproducible(
+            "ab needs --architectures or --cases: each case runs in its own process"
+        )
+    if args.architectures and args.cases:
+        raise Unreproducible("--architectures and --cases exclude each other")
+    if not 0 < args.band < 100 or not 0 < args.alpha < 1:
+        raise Unreproducible(
+            f"--band {args.band} must be in (0, 100) and --alpha {args.alpha} in (0, 1)"
+        )
+    args.preset = args.preset or ("cpu-smoke" if args.variant == "cpu" else "small")
+    return args
+
+
+@dataclass
+class Side:
+    name: str  # "A" or "B"
+    given: str
+    kind: str  # commit | record | image
+    spec: StackSpec | None = None  # commit and record sides
+    image: object = None  # engine.Image once materialised
+
+    def describe(self) -> dict:
+        image = self.image
+        return {
+            "given": self.given, "kind": self.kind,
+            "commit": getattr(image, "commit", None) or (self.spec and self.spec.commit),
+            "image": getattr(image, "ref", None), "image_id": getattr(image, "id", None),
+        }  # fmt: skip
+
+
+def resolve_side(engine, name: str, given: str, variant: str) -> Side:
+    """A record file, a commit of this clone, or an image here (in that order)."""
+    path = Path(given)
+    if given.endswith(".json") or path.is_file():
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError) as error:
+            raise Unreproducible(f"{name} {given}: not a readable JSON record ({error})") from None
+        if not isinstance(record, dict):
+            raise Unreproducible(f"{name} {given}: not a results record")
+        return Side(name, given, "record", spec_from_record(record, f"{name} record {given}"))
+    known = git("rev-parse", "--verify", "--quiet", f"{given}^{{commit}}").returncode == 0
+    if known:
+        commit = resolve_commit(given, f"{name} {given}")
+        return Side(name, given, "commit", StackSpec(commit, variant, f"{name} commit {given}"))
+    if engine is not None and image_exists(engine, given):
+        return Side(name, given, "image", image=image_from_ref(engine, given))
+    raise Unreproducible(
+        f"{name} {given!r} is neither a record file, a commit of this clone nor an image here"
+    )
+
+
+def units(args: AbArgs) -> list[dict]:
+    """One process each: an architecture (the preset's cases of it) or one case."""
+    if args.cases:
+        return [{"label": case.get("architecture", "?"), "args": ["--cases", json.dumps([case])]}
+                for case in args.cases]  # fmt: skip
+    return [{"label": name, "args": ["--architectures", name]} for name in args.architectures]
+
+
+def order(round_index: int, unit_index: int) -> tuple[str, str]:
+    """Which side goes first: alternating by round, and by case within a round."""
+    return ("A", "B") if (round_index + unit_index) % 2 == 0 else ("B", "A")
+
+
+def run_rounds(engine, sides: dict, args: AbArgs, run_dir: Path, env: dict, log=print) -> None:
+    """Every round runs every case once per side, each in a fresh process, the order
+    alternating; each run's record goes to run_dir/rounds/<side>-r<round>-c<case>.json
+    (what dew.bench.analysis.ab pairs), its output to the matching .log."""
+    rounds_dir = run_dir / "rounds"
+    rounds_dir.mkdir(parents=True, exist_ok=True)
+    plan = units(args)
+    tool = ["--preset", args.preset, "--idle-check", "off", "--format", "md"]
+    tool += ["--steps", str(args.steps)] if args.steps else []
+    tool += ["--warmup", str(args.warmup)] if args.warmup is not None else []
+    manifest = {
+        "sides": {name: side.describe() for name, side in sides.items()},
+        "rounds": args.rounds, "units": [unit["label"] for unit in plan],
+        "env": {name: side_env(env, args, name) for name in sides},
+        "tool": tool, "band": args.band, "alpha": args.alpha, "order": [],
+    }  # fmt: skip
+    gpu = args.variant != "cpu"
+    for r in range(args.rounds):
+        for u, unit in enumerate(plan):
+            for name in order(r, u):
+                stem = f"{name}-r{r + 1:02d}-c{u + 1:02d}"
+                out = rounds_dir / f"{stem}.json"
+                command = ["python", TOOL, *tool, *unit["args"], "--json-out",
+                           to_image_path(out)]  # fmt: skip
+                argv = run_argv(engine, sides[name].image, command,
+                                           env=side_env(env, args, name), gpu=gpu)  # fmt: skip
+                started = time.monotonic()
+                with open(rounds_dir / f"{stem}.log", "w") as output:
+                    code = subprocess.call(argv, stdout=output, stderr=subprocess.STDOUT)
+                manifest["order"].append({"round": r + 1, "unit": u + 1, "side": name,
+                                          "record": out.name, "exit": code})  # fmt: skip
+                log(f"round {r + 1}/{args.rounds} {unit['label']} {name} ({sides[name].given}): "
+                    f"{figure_of(out) or 'no record, exit ' + str(code)} "
+                    f"[{time.monotonic() - started:.0f} s]")  # fmt: skip
+                (run_dir / "ab-plan.json").write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+def side_env(env: dict, args: AbArgs, name: str) -> dict:
+    merged = {**env, **args.env[name]}
+    if args.xla_flags[name]:
+        merged["XLA_FLAGS"] = f"{merged.get('XLA_FLAGS', '')} {args.xla_flags[name]}".strip()
+    return merged
+
+
+def figure_of(path: Path) -> str | None:
+    try:
+        rows = json.loads(path.read_text())["rows"]
+    except (OSError, ValueError, KeyError):
+        return None
+    return ", ".join(
+        f"{row['ms_per_step']:.2f} ms/step" if row.get("ms_per_step") else row.get("status", "?")
+        for row in rows
+    )

@@ -1,0 +1,131 @@
+"""What the benchmark sessions share: their options, the engine, base and image (a failure
+as the session's one error line), and the steps they run: the step benchmark, the loader
+benchmark and the comparison with a published record.
+
+`session` is a nox.Session; nothing here imports nox (the noxfile passes its sessions in).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from . import image as images
+from .base import DEFAULT_BASE_IMAGE, OFFLINE_BASE_IMAGE, build_offline_base
+from .engine import IMAGE_XLA_CACHE, ROOT, EngineError, choose, image_exists, pull
+from .runner import Runner
+
+SMOKE_ENV = {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
+# The image side of the cpu-smoke preset's samples (16x16x3, 4x16x16x3 for video).
+SMOKE_IMAGE_SIZE = 16
+
+
+def pop_option(args: list[str], name: str, default: str | None = None) -> str | None:
+    """Remove `--name VALUE` or `--name=VALUE` from args and return VALUE."""
+    for index, arg in enumerate(args):
+        if arg == name and index + 1 < len(args):
+            value = args[index + 1]
+            del args[index : index + 2]
+            return value
+        if arg.startswith(name + "="):
+            del args[index]
+            return arg.split("=", 1)[1]
+    return default
+
+
+# --- the engine, the base and the image ----------------------------------------------------
+
+
+def choose_engine(session):
+    try:
+        return choose()
+    except EngineError as error:
+        session.error(str(error))
+
+
+def resolve_base(session, engine, requested: str | None) -> str | None:
+    """The base image to build on. A requested one (`--base-image` or DEW_BASE_IMAGE) must
+    be present or pullable. Otherwise the default if present or pullable, else the offline
+    Debian base (built with debootstrap when missing); None when none can be had."""
+    if requested:
+        if image_exists(engine, requested) or pull(engine, requested):
+            return requested
+        session.error(f"base image {requested} is neither present nor pullable")
+    default = DEFAULT_BASE_IMAGE
+    if image_exists(engine, default):
+        return default
+    offline = OFFLINE_BASE_IMAGE
+    if image_exists(engine, offline):
+        session.log(f"using the offline base {offline} ({default} is not present)")
+        return offline
+    if pull(engine, default):
+        return default
+    if shutil.which("debootstrap") and os.geteuid() == 0:
+        session.log(f"{default} cannot be pulled here: building the offline base {offline}")
+        try:
+            return build_offline_base(engine, log=session.log)
+        except EngineError as error:
+            session.error(str(error))
+    return None
+
+
+def build_image(session, engine, variant: str, base: str):
+    try:
+        return images.build_image(engine, variant, base, log=session.log)
+    except EngineError as error:
+        session.error(str(error))
+
+
+# --- the benchmarks --------------------------------------------------------------------------
+
+
+def step_benchmark(runner: Runner, run_dir: Path, preset: str, args, env) -> None:
+    """tools/benchmark_step.py for the preset, then its record validated."""
+    if not (ROOT / "tools" / "benchmark_step.py").exists():
+        runner.session.error("tools/benchmark_step.py is missing from this checkout")
+    step_json = run_dir / "step.json"
+    if runner.engine and not any(a.startswith("--compilation-cache-dir") for a in args):
+        # The image's HOME is temporary: keep compiled executables in the mounted cache.
+        args = ["--compilation-cache-dir", IMAGE_XLA_CACHE, *args]
+    runner.python(
+        "tools/benchmark_step.py", "--preset", preset, "--json-out", runner.path(step_json),
+        "--format", "md", *args, env=env, stdout_to=run_dir / "table.md",
+    )  # fmt: skip
+    runner.python("-m", "dew.bench.record.validate", runner.path(step_json))
+    runner.session.log(f"record: {step_json.relative_to(ROOT)}")
+
+
+def loader_benchmark(
+    runner: Runner, run_dir, dataset, *, image_size=64, workers=(0, 8), against=None, args=()
+) -> None:
+    """tools/benchmark_data.py with the seed's settings (batch 8, 100 steps after 5) for
+    `dataset` (its subcommand and flags), once per worker count (the published table's 0
+    and 8) unless `args` give the workers; with the keep-up verdict against a step record."""
+    if not (ROOT / "tools" / "benchmark_data.py").exists():
+        runner.session.error("tools/benchmark_data.py is missing from this checkout")
+    extra = ["--against", runner.path(against)] if against and against.exists() else []
+    given = any(arg.startswith("--data.loading.workers") for arg in args)
+    for count in [None] if given else workers:
+        name = "data" if count is None else f"data-workers-{count}"
+        chosen = [] if count is None else ["--data.loading.workers", str(count)]
+        data_json = run_dir / f"{name}.json"
+        runner.python(
+            "tools/benchmark_data.py", *dataset, "--batch", "8",
+            "--data.image-size", str(image_size), "--steps", "100", "--warmup", "5",
+            "--json-out", runner.path(data_json), *chosen, *extra,
+            *args, env={"JAX_PLATFORMS": "cpu"}, stdout_to=run_dir / f"{name}.md",
+        )  # fmt: skip
+        runner.python("-m", "dew.bench.record.validate", runner.path(data_json))
+
+
+def compare_with_published(runner: Runner, run_dir: Path, reference=None) -> None:
+    """The run against the matching published record (or `reference`): table and chart.
+    Rows outside the noise band are a finding, not a failure of the session."""
+    step_json = run_dir / "step.json"
+    refs = [runner.path(reference)] if reference else []
+    runner.python(
+        "-m", "dew.bench.analysis.compare", runner.path(step_json), *refs,
+        "--plot", runner.path(run_dir / "compare.png"),
+        stdout_to=run_dir / "compare.md", success_codes=(0, 1),
+    )  # fmt: skip

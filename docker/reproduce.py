@@ -1,0 +1,79 @@
+"""The plumbing of `nox -s reproduce` and `nox -s ab`: the step record read, the engine a
+stack needs, the stacks' images (removed again when one fails), and what of a record's
+stack the rebuilt image and this host do not match. Bad input, or a stack that cannot be
+built, is one line and exit 2 (`usage`).
+
+`session` is a nox.Session; nothing here imports nox.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from dew.bench.common.errors import EXIT_USAGE, say  # standard library only
+from dew.bench.record import stack
+
+from .base import DEFAULT_BASE_IMAGE
+from .benchmarks import choose_engine, resolve_base
+from .engine import EngineError
+from .gpu import gpu_here, gpu_preflight
+from .stacks import choose_base, materialise, remove_built
+
+
+def usage(prog: str, message: str):
+    """Bad input, or a stack that cannot be built: one line, exit 2 (nox's own is 1)."""
+    say(prog, message)
+    raise SystemExit(EXIT_USAGE)
+
+
+def read_step_record(prog: str, path: Path) -> tuple[dict, dict, dict]:
+    """The step record at `path` (a results record's JSON), its settings and environment;
+    or one line and exit 2."""
+    try:
+        record = json.loads(path.read_text())
+        settings, environment = record["settings"], record["environment"]
+    except (OSError, UnicodeDecodeError) as error:
+        usage(prog, f"{path}: cannot read it ({error})")
+    except (ValueError, KeyError, TypeError) as error:
+        usage(prog, f"{path} is not a results record ({error!r})")
+    if record.get("kind") != "step":
+        usage(prog, f"{path} is a {record.get('kind')!r} record; it takes 'step'")
+    return record, settings, environment
+
+
+def engine_for(session, prog: str, variant: str):
+    if variant != "cpu":
+        return gpu_preflight(session, variant)[0]
+    engine = choose_engine(session)
+    if engine is None:
+        usage(prog, "building a stack needs podman or docker (`apt-get install podman runc`)")
+    return engine
+
+
+def materialise_all(session, prog: str, engine, specs) -> list[tuple[object, list]]:
+    """Each spec's image and what of its recorded base it does not match; on any failure the
+    images built here are removed (worktrees are gone already), then one line, exit 2."""
+    built, made = [], []
+
+    def default_base():
+        base = resolve_base(session, engine, os.environ.get("DEW_BASE_IMAGE"))
+        if base is None:
+            raise EngineError(f"no base image: pull {DEFAULT_BASE_IMAGE} "
+                              "or install debootstrap (nox -s base-image)")  # fmt: skip
+        return base
+
+    try:
+        for spec in specs:
+            base, lines = choose_base(engine, spec, default_base, log=session.log)
+            made.append((materialise(engine, spec, base, built, log=session.log), lines))
+    except (EngineError, OSError) as error:
+        remove_built(engine, built)
+        usage(prog, str(error))
+    return made
+
+
+def not_matched(environment: dict, image) -> list[str]:
+    """What of the record's stack the materialised image (or this host) does not match."""
+    return stack.rebuild_differences(environment, image.container(), gpu_here)
