@@ -84,7 +84,7 @@ def compile_lock(session: nox.Session, variant: str, output: pathlib.Path) -> No
 
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
-    """The test suite on CPU (8 simulated devices), in a venv built from locks/cpu.txt,
+    """The test suite on CPU (8 simulated devices), in a venv built from locks/dev.txt,
     without the slow tier (tests/conftest.py says which tests are in it)."""
     install_locked(session)
     session.run("pytest", "-m", "not slow", *session.posargs)
@@ -190,7 +190,7 @@ def cpu_smoke(session: nox.Session) -> None:
             if engine is None and os.environ.get("DEW_ENGINE")
             else ("no container engine answers" if engine is None else "no base image can be had")
         )
-        session.log(f"{why}: running in a nox venv from locks/cpu.txt (container: null)")
+        session.log(f"{why}: running in a nox venv from locks/dev.txt (container: null)")
         install_locked(session)
         runner = Runner(session)
     else:
@@ -271,11 +271,12 @@ def slurm_smoke(session: nox.Session) -> None:
     session.log(f"record: {record.relative_to(ROOT)} (2 processes, job {job.id}), {wall:.0f} s")
 
 
-@nox.session(name="bench-gpu", python=False)
+@nox.session(name="bench-gpu", python=PYTHON)
 def bench_gpu(session: nox.Session) -> None:
     """The small preset on the GPU, one process per architecture, in the CUDA image.
 
     `-- [--variant cuda13|cuda12] [--base-image REF] [--data.path DIR] [benchmark_step flags]`
+    The comparison with the published record runs in the session's venv (locks/dev.txt).
     """
     args = list(session.posargs)
     variant = bench.pop_option(args, "--variant", "cuda13")
@@ -303,14 +304,14 @@ def bench_gpu(session: nox.Session) -> None:
     if data_path:
         flowers = ["data:oxford-flowers", "--data.path", "/data"]
         bench.loader_benchmark(runner, run_dir, flowers, against=run_dir / "step.json")
-    bench.compare_with_published(runner, run_dir)
+    bench.compare_with_published(_today_runner(session), run_dir)
 
 
 @nox.session(name="bench-data", python=PYTHON)
 def bench_data(session: nox.Session) -> None:
     """The loader benchmark: `-- --data.path DIR [benchmark_data.py flags]`.
 
-    In the cpu image when an engine answers, else in a nox venv from locks/cpu.txt.
+    In the cpu image when an engine answers, else in a nox venv from locks/dev.txt.
     """
     args = list(session.posargs)
     data_path = bench.pop_option(args, "--data.path")
@@ -323,7 +324,7 @@ def bench_data(session: nox.Session) -> None:
     engine = bench.choose_engine(session)
     base = bench.resolve_base(session, engine, os.environ.get("DEW_BASE_IMAGE")) if engine else None
     if engine is None or base is None:
-        session.log("no container engine or base: running in a nox venv from locks/cpu.txt")
+        session.log("no container engine or base: running in a nox venv from locks/dev.txt")
         install_locked(session)
         runner, inside = Runner(session), str(pathlib.Path(data_path).resolve())
     else:
@@ -392,9 +393,9 @@ def reproduce(session: nox.Session) -> None:
         env=dict(environment.get("env_flags") or {}), stdout_to=run_dir / "table.md",
         success_codes=(0, 1),
     )  # fmt: skip
-    reference = run_dir / "reference.json"  # inside results/, so the container sees it
+    reference = run_dir / "reference.json"  # kept beside the rerun it judges
     shutil.copyfile(record_path, reference)
-    today = _today_runner(session, engine)  # today's validate and compare judge the rerun
+    today = _today_runner(session)  # today's validate and compare judge the rerun
     today.python("-m", "dew.bench.record.validate", today.path(step_json))
     bench.compare_with_published(today, run_dir, reference=reference)
     session.log(f"record: {step_json.relative_to(ROOT)} (commit {spec.commit[:7]}, {image.ref})")
@@ -436,15 +437,13 @@ def ab(session: nox.Session) -> None:
     run_dir = new_run_dir(f"ab-{args.preset}", args.variant)
     env = bench.SMOKE_ENV if args.variant == "cpu" else {"JAX_PLATFORMS": "cuda"}
     run_rounds(engine, sides, args, run_dir, env, log=session.log)
-    today = _today_runner(session, engine)
+    today = _today_runner(session)
     today.python("-m", "dew.bench.analysis.ab", today.path(run_dir), success_codes=(0, 1))
     session.log(f"A/B: {(run_dir / 'ab.md').relative_to(ROOT)}, a.json, b.json, ab.png")
 
 
-def _today_runner(session: nox.Session, engine) -> Runner:
-    """The checkout's own tools (validate, compare, the A/B table): its cpu image."""
-    base = bench.resolve_base(session, engine, os.environ.get("DEW_BASE_IMAGE"))
-    if base is None:
-        install_locked(session)
-        return Runner(session)
-    return Runner(session, engine, bench.build_image(session, engine, "cpu", base))
+def _today_runner(session: nox.Session) -> Runner:
+    """The checkout's own record readers (validate, compare, the A/B table and chart) in the
+    session's venv from locks/dev.txt: the report libraries are not in the measured images."""
+    install_locked(session)
+    return Runner(session)

@@ -121,7 +121,9 @@ def loader_benchmark(
 
 def compare_with_published(runner: Runner, run_dir: Path, reference=None) -> None:
     """The run against the matching published record (or `reference`): table and chart.
-    Rows outside the noise band are a finding, not a failure of the session."""
+    Rows outside the noise band are a finding, not a failure of the session. `runner`
+    reads records: the session's venv from locks/dev.txt, which has the report libraries
+    (the measured images do not)."""
     step_json = run_dir / "step.json"
     refs = [runner.path(reference)] if reference else []
     runner.python(
