@@ -1,9 +1,10 @@
 """A child process's tie to the run that started it: a `kill -9` of the run must not leave
 a child computing (and holding the GPU).
 
-One mechanism for every child (a case's, forked from the forkserver; a loader repeat's,
-started by the run itself): a thread waits on a pidfd of the run's process and ends this
-process when that one ends. Not PR_SET_PDEATHSIG: it follows the parent, which for a case's
+One mechanism for every child (a case's, forked from the forkserver; a loader repeat's and
+the device probe, started by the run itself): its end of dew.bench.runtime.protocol
+(ToParent) starts a thread that waits on a pidfd of the run's process and ends this process
+when that one ends. Not PR_SET_PDEATHSIG: it follows the parent, which for a case's
 child is the forkserver, not the run, and the parent *thread*, not its process.
 """
 

@@ -1,11 +1,11 @@
 """One protocol between the run and a child process it waits on, every wait with a deadline.
 
 Three children speak it: a case's (dew.bench.sweep.case_process, forked from the
-forkserver), a loader repeat's (dew.bench.loader.benchmark_data --child) and the device
-probe (dew.bench.sweep.preflight). The design:
+forkserver), a loader repeat's (dew.bench.loader.measure, `benchmark_data --repeats`) and
+the device probe (dew.bench.sweep.preflight). The design:
 
     messages    a frozen dataclass per kind (subclasses of `Message`), sent as tagged JSON
-                ({"kind": class name, field: value, ...}), one per frame;
+                ({"kind": its class name, "fields": {...}}), one per frame;
     channel     a multiprocessing Connection: a Pipe() for a forked child, or the same over
                 a socket pair whose child end a subprocess inherits (`spawn`: pass_fds, its
                 number in the environment as CHANNEL); the children's stdout and stderr
@@ -64,19 +64,19 @@ class Message:
 
 def encode(message: Message) -> bytes:
     fields = {field.name: getattr(message, field.name) for field in dataclasses.fields(message)}
-    return json.dumps({"kind": type(message).__name__, **fields}, default=_plain).encode()
+    return json.dumps({"kind": type(message).__name__, "fields": fields}, default=_plain).encode()
 
 
 def decode(payload: bytes, kinds: Sequence[type[Message]]) -> Message:
     """The message in `payload`, one of `kinds`; ValueError for anything else."""
     data = json.loads(payload)
     by_name = {kind.__name__: kind for kind in kinds}
-    kind = data.pop("kind", None) if isinstance(data, dict) else None
+    kind = data.get("kind") if isinstance(data, dict) else None
     if kind not in by_name:
         raise ValueError(f"a {kind!r} message")
     try:
-        return by_name[kind](**data)
-    except TypeError as error:
+        return by_name[kind](**data["fields"])
+    except (KeyError, TypeError) as error:
         raise ValueError(f"a malformed {kind!r} message ({error})") from None
 
 
@@ -110,8 +110,12 @@ class ChildTimedOut(ChildFailed):
 class ChildExited(ChildFailed):
     """It died, exited or closed its channel before sending what was awaited."""
 
-    def __init__(self, child, phase, waiting_for, exit_code: int | None, last: str | None):
-        if exit_code is not None and exit_code < 0:
+    def __init__(
+        self, child, phase, waiting_for, exit_code: int | None, last: str | None, closed=False
+    ):
+        if closed:
+            reason = f"closed its channel and did not exit within {EXIT_GRACE_S:.0f} s: killed"
+        elif exit_code is not None and exit_code < 0:
             reason = f"died of {signal.Signals(-exit_code).name}"
         else:
             reason = f"exited {exit_code}"
@@ -256,10 +260,11 @@ class Child:
 
     def _exited(self, phase: str, waiting_for: str) -> ChildExited:
         code = self.exit_code(0 if self._killed else EXIT_GRACE_S)
-        if code is None:  # alive, its channel closed: it can say nothing more
+        closed = code is None
+        if closed:  # alive, its channel closed: it can say nothing more
             self.kill()
             code = self.exit_code()
-        return ChildExited(self.name, phase, waiting_for, code, last_line(self.log))
+        return ChildExited(self.name, phase, waiting_for, code, last_line(self.log), closed)
 
     def finish(self) -> int | None:
         """Its exit status once it has sent its last message (killed when it lingers)."""
