@@ -4,7 +4,9 @@ What would otherwise fail once per case, each after a child has started and comp
 refused here in one line (a UsageError, exit 2): an output that cannot be written, XLA
 flags the backend does not accept, a mesh larger than the devices, an attention
 implementation the platform lacks, a case whose model config is invalid. The devices are
-read by one probe process, so the parent still never initialises a JAX backend.
+read by one probe process, so the parent still never initialises a JAX backend; it reports
+them over dew.bench.runtime.protocol, and one that has not within PROBE_S (5 min) is killed
+and refused in one line.
 """
 
 from __future__ import annotations
@@ -12,57 +14,64 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from dew.bench.common.cli import UsageError, one_line
+from dew.bench.runtime import protocol
 from dew.bench.sweep import presets
 from dew.bench.sweep.presets import Case
 from dew.bench.sweep.settings import Options, append_xla_flags
 
-PROBE_MARKER = "DEW_DEVICES "
-PROBE = (
-    "import json, jax; d = jax.devices(); "
-    f"print({PROBE_MARKER!r} + json.dumps(dict(platform=d[0].platform, count=len(d), "
-    "kind=d[0].device_kind)))"
-)
+PROBE = "from dew.bench.sweep.preflight import probe_main; probe_main()"  # the probe's code
 FORCE_DEVICES = "--xla_force_host_platform_device_count"
 
 
 @dataclasses.dataclass(frozen=True)
-class Devices:
+class Devices(protocol.Message):
+    """What the probe reports (dew.bench.runtime.protocol)."""
+
     platform: str  # "cpu", "gpu", "tpu"
     count: int
     kind: str
 
 
-def probe_devices(environment: dict[str, str], timeout_s: float = 600) -> Devices:
+def probe_main() -> None:
+    """The probe's process: the devices JAX sees, to its parent."""
+    parent = protocol.ToParent.from_environment()
+    import jax
+
+    devices = jax.devices()
+    parent.send(Devices(devices[0].platform, len(devices), devices[0].device_kind))
+
+
+def probe_devices(environment: dict[str, str], timeout_s: float = protocol.PROBE_S) -> Devices:
     """The devices JAX sees with this environment, from a short child process. A backend
-    that does not start (an unknown XLA flag, a missing plugin) is a UsageError naming why."""
-    try:
-        process = subprocess.run(
-            [sys.executable, "-c", PROBE],
-            env=environment,
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-        )
-    except subprocess.TimeoutExpired:
-        raise UsageError(f"JAX did not start within {timeout_s:.0f} s") from None
-    for line in process.stdout.splitlines():
-        if line.startswith(PROBE_MARKER):
-            return Devices(**json.loads(line[len(PROBE_MARKER) :]))
-    raise UsageError(f"JAX cannot start with this environment: {_why(process.stderr)}")
+    that does not start (an unknown XLA flag, a missing plugin) or does not within
+    `timeout_s` (the probe is then killed) is a UsageError naming why."""
+    with protocol.spawn(
+        "the device probe", [sys.executable, "-c", PROBE], env=environment
+    ) as probe:
+        try:
+            return probe.receive(
+                Devices, phase="starting JAX", deadline=timeout_s, waiting_for="its devices"
+            )
+        except protocol.ChildTimedOut:
+            raise UsageError(f"JAX did not start within {timeout_s:.0f} s") from None
+        except protocol.ChildFailed as error:
+            why = _why(Path(probe.log).read_text(errors="replace"), str(error))
+            raise UsageError(f"JAX cannot start with this environment: {why}") from None
 
 
-def _why(stderr: str) -> str:
-    """The line that says why the backend did not start (XLA's flag parser, jax's error)."""
+def _why(stderr: str, otherwise: str) -> str:
+    """The line that says why the backend did not start (XLA's flag parser, jax's error),
+    `otherwise` when the probe wrote nothing."""
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     for line in lines:
         if "Unknown flag" in line or "unknown flag" in line:
             return line[line.find("Unknown") if "Unknown" in line else 0 :][:300]
-    return lines[-1][:300] if lines else "no error message"
+    return lines[-1][:300] if lines else otherwise
 
 
 def simulate_cpu_devices(environment: dict[str, str], count: int) -> str | None:
