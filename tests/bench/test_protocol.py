@@ -306,3 +306,15 @@ def test_a_device_probe_past_its_deadline_is_killed_and_one_line(monkeypatch):
     with pytest.raises(UsageError, match="^JAX did not start within 2 s$"):
         preflight.probe_devices(dict(os.environ), timeout_s=2)
     assert gone(started[0].pid)
+
+
+def test_a_child_started_by_hand_is_one_line():
+    import subprocess
+
+    environment = {k: v for k, v in os.environ.items() if k != protocol.CHANNEL}
+    command = [sys.executable, "-m", "dew.bench.loader.measure"]
+    done = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.strip().splitlines() == [
+        "error: no DEW_CHANNEL: a child process of a dew run, not a command"
+    ]

@@ -141,7 +141,10 @@ class ToParent:
 
     @classmethod
     def from_environment(cls) -> Self:
-        """The end a spawned child inherited (`spawn`)."""
+        """The end a spawned child inherited (`spawn`); a process started otherwise (by
+        hand) exits with one line."""
+        if CHANNEL not in os.environ:
+            raise SystemExit(f"error: no {CHANNEL}: a child process of a dew run, not a command")
         fd, run_pid = os.environ.pop(CHANNEL).split()
         return cls(multiprocessing.connection.Connection(int(fd)), int(run_pid))
 
