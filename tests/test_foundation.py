@@ -29,8 +29,20 @@ def test_pyproject_pins_the_published_stack_exactly():
         assert project["optional-dependencies"][extra] == [f"jax[{extra}]==0.11.1"]
 
 
-def test_three_locks_exist():
-    assert [lock.stem for lock in LOCKS] == ["cpu", "cuda12", "cuda13"]
+def test_the_locks_are_the_three_measured_stacks_and_the_host_venv():
+    assert [lock.stem for lock in LOCKS] == ["cpu", "cuda12", "cuda13", "dev"]
+
+
+REPORT_LIBRARIES = ("matplotlib", "jinja2", "ruptures")
+
+
+@pytest.mark.parametrize("lock", LOCKS, ids=lambda p: p.stem)
+def test_the_report_libraries_are_outside_the_measured_stacks(lock):
+    """A plotting-library bump must not change a record's stack: the images hold what a
+    measurement imports; the host venv (dev) adds the report libraries."""
+    names = {req.split("==")[0].lower() for req in parse_lock(lock)}
+    inside = sorted(names & set(REPORT_LIBRARIES))
+    assert inside == (sorted(REPORT_LIBRARIES) if lock.stem == "dev" else []), lock.name
 
 
 def parse_lock(path: pathlib.Path) -> dict[str, list[str]]:
@@ -62,5 +74,5 @@ def test_every_lock_carries_the_published_versions(lock):
     versions = {req.split("==")[0].lower(): req.split("==")[1] for req in parse_lock(lock)}
     for name, version in PUBLISHED.items():
         assert versions[name] == version, f"{lock.name}: {name}=={versions.get(name)}"
-    if lock.stem != "cpu":
+    if lock.stem.startswith("cuda"):
         assert versions[f"jax-{lock.stem}-plugin"] == "0.11.1"
