@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from docker_modules import load
+from docker_modules import load, worktrees
 
 pytestmark = pytest.mark.container
 
@@ -138,7 +138,7 @@ def test_a_root_caller_runs_as_the_image_user_and_keeps_what_it_writes(engine, c
 
 def test_a_stack_materialised_at_head_runs_and_labels_that_commit(engine, cpu_image):
     head = containers.git_commit()[0]
-    before = subprocess.run(["git", "worktree", "list"], capture_output=True, text=True, cwd=ROOT)
+    before = worktrees()
     built = []
     spec = stacks.StackSpec(head, "cpu", "commit HEAD")
     image = stacks.materialise(engine, spec, cpu_image.base, built, log=lambda *_: None)
@@ -148,10 +148,7 @@ def test_a_stack_materialised_at_head_runs_and_labels_that_commit(engine, cpu_im
         assert image.ref.startswith(f"localhost/dew-stack:cpu-{head[:12]}-")
         result = _run(engine, image, ["python", "-c", "import os; print(os.environ['DEW_COMMIT'])"])
         assert result.stdout.strip() == head
-        after = subprocess.run(
-            ["git", "worktree", "list"], capture_output=True, text=True, cwd=ROOT
-        )
-        assert after.stdout == before.stdout  # the worktree is gone once the image is built
+        assert worktrees() == before  # the worktree is gone once the image is built
     finally:
         stacks.remove_built(engine, built)
 

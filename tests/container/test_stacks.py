@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from docker_modules import load
+from docker_modules import load, worktrees
 
 from dew.bench.record import stack
 
@@ -28,10 +28,6 @@ ab = load("ab")
 
 def git(*args: str) -> str:
     return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True).stdout
-
-
-def worktrees() -> str:
-    return git("worktree", "list", "--porcelain")
 
 
 def _record(commit: str | None, *, dirty=False, container=None, source="label") -> dict:
@@ -95,7 +91,7 @@ def test_the_worktree_is_removed_whatever_happens():
     head = git("rev-parse", "HEAD").strip()
     with pytest.raises(RuntimeError), stacks.worktree(head, ROOT) as tree:
         assert (tree / "docker" / "Dockerfile").exists()
-        assert str(tree) in worktrees()
+        assert f"worktree {tree}" in worktrees()
         raise RuntimeError("a failed build")
     assert worktrees() == before and not tree.exists()
 
