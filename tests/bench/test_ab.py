@@ -40,7 +40,7 @@ def _record(figures: dict[str, float | None], commit: str) -> dict:
 
 
 def make_run(tmp_path: Path, a: dict[str, list], b: dict[str, list], exits=None) -> Path:
-    """An A/B run directory as docker/stacks.run_rounds leaves it: a and b give each
+    """An A/B run directory as docker/ab.run_rounds leaves it: a and b give each
     architecture's ms/step per round (one process per architecture, side and round)."""
     run_dir = tmp_path / "run"
     (run_dir / "rounds").mkdir(parents=True)

@@ -2,14 +2,14 @@
 
     python -m dew.bench.analysis.ab results/runs/<run>/ [--band 5] [--alpha 0.05] [--overwrite]
 
-docker/stacks.py (run_rounds) ran every case once per side per round, each in a fresh
+docker/ab.py (run_rounds) ran every case once per side per round, each in a fresh
 process, alternating which side went first, and left RUN/ab-plan.json and one record per
 run under RUN/rounds/. This pairs them: for each case and round, the ratio B / A of ms/step
 (below 1: B is faster); for each case the median of those ratios, its 95% interval and a
 Wilcoxon signed-rank p (dew.bench.analysis.stats.paired), the p-values corrected together by
-Holm-Bonferroni. The verdict (dew.bench.analysis.stats.verdict): `faster`/`slower` when the median
-is beyond the band AND p < alpha AND the interval excludes 1; `same` when the whole
-interval lies inside the band; else `undecided`, saying why.
+Holm-Bonferroni. The verdict (dew.bench.analysis.stats.verdict): `faster`/`slower` when the
+whole interval lies beyond the band AND the Holm p < alpha; `same` when the whole interval
+lies inside the band; else `undecided`, saying why.
 
 It writes RUN/a.json and RUN/b.json (one record per side: each case's row with every round
 as a repeat), RUN/ab.md (the table) and RUN/ab.png (the ratios with their intervals).
