@@ -141,3 +141,23 @@ def test_a_change_must_clear_the_band_around_the_drift():
     steady = stats.drift([300.0], [300.0])
     assert not stats.beyond_drift(stats.RepeatRatio(1.2, 1.04, 1.3, 0.001, (5, 5)), steady, 0.05)
     assert stats.beyond_drift(stats.RepeatRatio(1.2, None, None, None, (1, 1)), steady, 0.05)
+
+
+@pytest.mark.parametrize("repeats", [1, 2, 3, 4, 7])
+def test_replicates_are_the_median_of_resampled_means_exactly(repeats):
+    """The bootstrap's fast loop gives exactly what np.median of np.mean gives, draw by draw."""
+    source = np.random.default_rng(repeats)
+    groups = [source.normal(10, 1, size) for size in (1, 5, 20, 100, 3, 8, 2)[:repeats]]
+
+    def by_definition(rng):
+        out = np.empty(stats.RESAMPLES)
+        for index in range(stats.RESAMPLES):
+            drawn = rng.integers(0, repeats, repeats)
+            means = [
+                groups[i][rng.integers(0, groups[i].size, groups[i].size)].mean() for i in drawn
+            ]
+            out[index] = np.median(means)
+        return out
+
+    fast = stats.replicates(groups, np.random.default_rng(0))
+    assert np.array_equal(fast, by_definition(np.random.default_rng(0)))

@@ -71,12 +71,17 @@ def figure(groups: Sequence[np.ndarray]) -> float:
 
 def replicates(groups: Sequence[np.ndarray], rng: np.random.Generator) -> np.ndarray:
     """RESAMPLES bootstrap replicates of `figure`, resampling repeats then samples."""
-    count = len(groups)
+    # The loop is the hot path of compare and of every row's interval: plain sums and a
+    # sorted list give exactly np.mean's and np.median's values at half their overhead.
+    count, half = len(groups), len(groups) // 2
+    sizes = [group.size for group in groups]
     out = np.empty(RESAMPLES)
     for index in range(RESAMPLES):
-        drawn = rng.integers(0, count, count)
-        means = [groups[i][rng.integers(0, groups[i].size, groups[i].size)].mean() for i in drawn]
-        out[index] = np.median(means)
+        drawn = rng.integers(0, count, count).tolist()
+        means = sorted(
+            groups[i][rng.integers(0, sizes[i], sizes[i])].sum() / sizes[i] for i in drawn
+        )
+        out[index] = means[half] if count % 2 else (means[half - 1] + means[half]) / 2
     return out
 
 
