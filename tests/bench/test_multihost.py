@@ -44,6 +44,21 @@ def test_compile_only_rows_pass_through():
 
 
 @pytest.mark.slow
+def test_a_process_killed_mid_log_has_no_reason_from_gloos_torn_lines(tmp_path):
+    """Gloo's threads print their connection lines at once; a torn tail of one is noise, not
+    why the process stopped (a SIGKILL leaves no line of its own)."""
+    launch = Launch(["true"], 2, 4, tmp_path)
+    tmp_path.mkdir(exist_ok=True)
+    (tmp_path / "process-1.log").write_text(
+        "[Gloo] Rank 0 is connected to 7[Gloo] Rank 1 is connected to 7 peer ranks. "
+        "Expected number of connected peer ranks is : 7\n"
+        " peer ranks. Expected number of connected peer ranks is : 7\n"
+    )
+    (tmp_path / "process-0.log").write_text("step 1\nValueError: the batch is empty\n")
+    assert launch._reason(1) is None
+    assert launch._reason(0) == "ValueError: the batch is empty"
+
+
 def test_a_killed_process_stops_the_others_and_leaves_a_partial_record(tmp_path):
     """Process 1 is killed once the first of two cases is on disk (the second is compiling,
     which takes far longer than the first's 4 steps). Process 0 must stop on
