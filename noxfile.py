@@ -20,6 +20,7 @@ ROOT = pathlib.Path(__file__).parent
 LOCKS = ROOT / "locks"
 PYTHON = "3.12"
 UV = "uv==0.13.9"  # the lock tool is pinned like everything else
+SLOWEST = 20  # the tests a run prints as its slowest: where the suite's time goes
 
 nox.options.default_venv_backend = "venv"
 nox.options.sessions = ["tests"]
@@ -85,17 +86,17 @@ def compile_lock(session: nox.Session, variant: str, output: pathlib.Path) -> No
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
     """The test suite on CPU (8 simulated devices), in a venv built from locks/dev.txt,
-    without the slow tier (tests/conftest.py says which tests are in it)."""
+    without the slow tier (tests/conftest.py says which tests are in it); every run ends
+    with its slowest tests."""
     install_locked(session)
-    session.run("pytest", "-m", "not slow", *session.posargs)
+    session.run("pytest", "-m", "not slow", f"--durations={SLOWEST}", *session.posargs)
 
 
 @nox.session(name="tests-full", python=PYTHON)
 def tests_full(session: nox.Session) -> None:
-    """Every test, the slow tier included: each architecture's small-preset compile and
-    cpu-smoke training run, and the multi-process launches."""
+    """Every test, the slow tier included (`-- -m slow`: that tier alone, as CI runs it)."""
     install_locked(session)
-    session.run("pytest", *session.posargs)
+    session.run("pytest", f"--durations={SLOWEST}", *session.posargs)
 
 
 @nox.session(python=PYTHON)

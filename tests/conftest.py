@@ -18,9 +18,11 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
 
 # The slow tier (`@pytest.mark.slow` on the tests themselves): a small-preset compile or a
 # cpu-smoke training run per architecture costs one to three minutes of CPU each on a
-# 2-core machine. `nox -s tests` (the README's and CI's command) keeps one of each kind for
-# the families the published audit counted (simple_dit, causal_transformer with its MoE
-# case, unet) and leaves the rest, and the multi-process launches, to `nox -s tests-full`.
+# 2-core machine; so do the end-to-end runs that build an image of a whole stack, launch
+# a SLURM job or time repeats in rounds. `nox -s tests` (the README's command, at most 8
+# minutes here) keeps one of each kind for the families the published audit counted
+# (simple_dit, causal_transformer with its MoE case, unet) and a fast test of each
+# mechanism; `nox -s tests-full` runs everything, and CI runs both tiers (.ci/run).
 
 
 def pytest_configure(config):

@@ -152,6 +152,7 @@ def _is_zombie(pid: int) -> bool:
     return status.exists() and "\nState:\tZ" in status.read_text()
 
 
+@pytest.mark.slow  # the slow tier: CI runs it (.ci/run), `nox -s tests` leaves it
 def test_two_tasks_form_one_mesh_and_one_record(cluster, tmp_path):
     """sbatch --wait of the recipe: JAX's SLURM detection joins the two tasks, process 0
     writes a record that validates, lists both processes and names the job."""

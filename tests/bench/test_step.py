@@ -366,6 +366,7 @@ def test_the_table_has_the_seeds_columns_in_both_formats():
     assert json.dumps(row.case) and row.key()[0] == "unet"
 
 
+@pytest.mark.slow  # the slow tier: CI runs it (.ci/run), `nox -s tests` leaves it
 def test_repeats_run_in_rounds_and_keep_every_repeats_samples(tmp_path):
     out = tmp_path / "run.json"
     cases = [Case(architecture="simple_dit", batch=8), Case(architecture="uvit", batch=8)]

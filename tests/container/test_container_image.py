@@ -77,6 +77,7 @@ def test_image_labels_name_its_stack_and_a_second_build_reuses_it(engine, cpu_im
     assert (again.ref, again.id, again.built) == (cpu_image.ref, cpu_image.id, False)
 
 
+@pytest.mark.slow  # the slow tier: CI runs it (.ci/run), `nox -s tests` leaves it
 def test_a_cpu_smoke_case_in_the_image_records_the_container(engine, cpu_image, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
@@ -136,6 +137,7 @@ def test_a_root_caller_runs_as_the_image_user_and_keeps_what_it_writes(engine, c
         assert path.stat().st_uid == os.getuid()  # the caller's, root or not
 
 
+@pytest.mark.slow  # the slow tier: CI runs it (.ci/run), `nox -s tests` leaves it
 def test_a_stack_materialised_at_head_runs_and_labels_that_commit(engine, cpu_image):
     head = containers.git_commit()[0]
     before = worktrees()

@@ -56,6 +56,7 @@ def static_peak(analysis) -> int:
     )
 
 
+@pytest.mark.slow  # the slow tier: CI runs it (.ci/run), `nox -s tests` leaves it
 def test_head_chunks_keep_the_loss_and_lower_the_peak():
     losses, peaks = [], []
     for chunks in (1, 2, 4, 8):
