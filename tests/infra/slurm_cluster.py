@@ -8,7 +8,7 @@
 slurm-wlm and munge when they are missing (apt-get, as root) and brings up a cluster of
 this host alone, its configuration, keys, state and logs in a temporary directory; the
 daemons are stopped and the directory removed whatever happens (an error, Ctrl-C,
-SIGTERM). The slurm-smoke nox session and tests/bench/test_slurm.py use it.
+SIGTERM). The slurm-smoke nox session and tests/bench/multihost/test_slurm.py use it.
 
 Standard library only, and no import of dew or of the rest of tests/infra: the noxfile
 loads this file by its path before any environment exists. A loader by path registers the

@@ -20,7 +20,7 @@ from dew.telemetry.instrumentation import hlo_flops
 from dew.telemetry.nvml import EnergyReading, Sample, energy_joules, summarize
 
 CASE = Case(architecture="simple_dit", batch=16)
-FIXTURES = Path(__file__).parents[1] / "telemetry" / "fixtures"
+FIXTURES = Path(__file__).parents[2] / "telemetry" / "fixtures"
 TIMED = {"ms_per_step": 7.9, "p10_ms": 7.8, "p50_ms": 7.9, "p90_ms": 8.1}
 
 

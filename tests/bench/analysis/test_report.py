@@ -9,7 +9,7 @@ from dew.bench.analysis import plots as figure
 from dew.bench.analysis import tables as report
 from dew.bench.record.schema import StepRow, read_run
 
-PUBLISHED = Path(__file__).resolve().parents[2] / "results" / "published"
+PUBLISHED = Path(__file__).resolve().parents[3] / "results" / "published"
 RERUN = PUBLISHED / "2026-09-05-rtx4080-9886c20-rerun.json"
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from dew.bench.record import validate
 
-PUBLISHED = Path(__file__).resolve().parents[2] / "results" / "published"
+PUBLISHED = Path(__file__).resolve().parents[3] / "results" / "published"
 FIRST = PUBLISHED / "2026-09-02-rtx4080-6b0f119-small.json"
 ERROR = f"{validate.PROG}: error: "
 

@@ -16,7 +16,7 @@ from dew.bench.site import build, docs
 from dew.bench.site.history import build_series
 from dew.bench.site.records import load_all
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 FIRST = ROOT / "results" / "published" / "2026-09-02-rtx4080-6b0f119-small.json"
 START = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 

@@ -22,7 +22,7 @@ from infra.browser import Browser
 from dew.bench.site import build
 from dew.bench.site.records import load_all
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 MISSING = driver.missing()
 if MISSING:

@@ -10,7 +10,7 @@ import jax
 from dew.bench.record import capture as environment
 from dew.bench.record.schema import SCHEMA_VERSION, BenchmarkRun, read_run, write_run
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SECRETS = {
     "HF_TOKEN": "hf_secretvalue_0123456789",
     "AWS_SECRET_ACCESS_KEY": "aws/secret+value/ABCDEFGHIJ",

@@ -12,7 +12,7 @@ from dew.bench.record import schema, validate
 from dew.bench.record.schema import BenchmarkRun, StepRow, read_run, write_run
 from dew.bench.record.schema import __main__ as schema_command
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def step_row(**fields):

@@ -9,7 +9,7 @@ import pytest
 from dew.bench.analysis import compare, matching, parity
 from dew.bench.record.schema import BenchmarkRun, Settings, StepRow, read_run, write_run
 
-PUBLISHED = Path(__file__).resolve().parents[2] / "results" / "published"
+PUBLISHED = Path(__file__).resolve().parents[3] / "results" / "published"
 FIRST = PUBLISHED / "2026-09-02-rtx4080-6b0f119-small.json"
 RERUN = PUBLISHED / "2026-09-05-rtx4080-9886c20-rerun.json"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from dew.bench.record.schema import BenchmarkRun, read_run, write_run
 from dew.bench.site import docs
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PUBLISHED = ROOT / "results" / "published" / "2026-09-02-rtx4080-6b0f119-small.json"
 
 
