@@ -33,14 +33,17 @@ def unet_small():
     return _compiled_small("unet", 16)
 
 
+@pytest.mark.slow  # the slow tier: CI runs it (.ci/run), `nox -s tests` leaves it
 def test_unet_params_match_published(unet_small):
     assert unet_small.param_counts == {"backbone": 10_159_299, "condition": 0}
 
 
+@pytest.mark.slow  # the slow tier: CI runs it (.ci/run), `nox -s tests` leaves it
 def test_unet_gflop_within_0_1_percent_of_published(unet_small):
     assert unet_small.flops / 1e9 == pytest.approx(646.4, rel=1e-3)
 
 
+@pytest.mark.slow  # the slow tier: CI runs it (.ci/run), `nox -s tests` leaves it
 def test_unet_flops_split_131_convolutions_and_the_dots(unet_small):
     # The published 646.393 to the last FLOP: 623.433 in 131 convolutions (forward, input
     # and weight gradients; the stride-2 convolutions' input gradients at their forward

@@ -43,7 +43,6 @@ def test_compile_only_rows_pass_through():
     assert combine(rows) == rows[0]
 
 
-@pytest.mark.slow
 def test_a_process_killed_mid_log_has_no_reason_from_gloos_torn_lines(tmp_path):
     """Gloo's threads print their connection lines at once; a torn tail of one is noise, not
     why the process stopped (a SIGKILL leaves no line of its own)."""
@@ -59,6 +58,7 @@ def test_a_process_killed_mid_log_has_no_reason_from_gloos_torn_lines(tmp_path):
     assert launch._reason(0) == "ValueError: the batch is empty"
 
 
+@pytest.mark.slow
 def test_a_killed_process_stops_the_others_and_leaves_a_partial_record(tmp_path):
     """Process 1 is killed once the first of two cases is on disk (the second is compiling,
     which takes far longer than the first's 4 steps). Process 0 must stop on

@@ -121,6 +121,7 @@ def test_a_case_past_its_timed_deadline_or_dead_keeps_what_it_compiled(cache):
         killed.kill()
 
 
+@pytest.mark.slow  # the slow tier: CI runs it (.ci/run), `nox -s tests` leaves it
 def test_the_sweep_goes_on_after_a_case_past_its_deadline(cache, monkeypatch):
     """waves.run_round: the first case stops in its compile and fails at its deadline; the
     second is measured."""

@@ -32,6 +32,7 @@ def _options(**overrides) -> Options:
     return Options(**{**base, **overrides})
 
 
+@pytest.mark.slow  # the slow tier: CI runs it (.ci/run), `nox -s tests` leaves it
 def test_cases_compile_in_parallel_and_no_compile_overlaps_a_timed_window(tmp_path):
     out = tmp_path / "run.json"
     lines = []
