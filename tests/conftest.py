@@ -22,7 +22,8 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
 # a SLURM job or time repeats in rounds. `nox -s tests` (the README's command, at most 8
 # minutes here) keeps the published params and GFLOP of simple_dit and causal_transformer
 # (with its MoE case) and a fast test of each mechanism (unet's convolutions are counted
-# there from HLO fixtures, tests/telemetry); `nox -s tests-full` runs everything, and CI runs both tiers (.ci/run).
+# there from HLO fixtures, tests/telemetry); `nox -s tests-full` runs everything, and CI
+# runs both tiers (.ci/run).
 
 
 def pytest_configure(config):
