@@ -52,6 +52,9 @@ def test_a_process_killed_mid_log_has_no_reason_from_gloos_torn_lines(tmp_path):
         "[Gloo] Rank 0 is connected to 7[Gloo] Rank 1 is connected to 7 peer ranks. "
         "Expected number of connected peer ranks is : 7\n"
         " peer ranks. Expected number of connected peer ranks is : 7\n"
+        "[Gloo] Rank 6 is connected to [Gloo] Rank 75 peer ranks.  is connected to Expected "
+        "number of connected peer ranks is : 77 peer ranks. \n"
+        "Expected number of connected peer ranks is : 7\n"
     )
     (tmp_path / "process-0.log").write_text("step 1\nValueError: the batch is empty\n")
     assert launch._reason(1) is None
