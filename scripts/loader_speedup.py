@@ -11,8 +11,8 @@ same work get here, before any loader overhead.
 A round's ratio divides by that round's plain loop: on a shared machine the speed of the
 CPU moves between minutes (on the 2-core machine the plain loop alone measured 500 to 900
 samples/s), so a ratio of figures taken far apart says little. Prints every round and, per
-worker count, the median of the rounds' ratios with its 95% interval and the Wilcoxon
-signed-rank p against no difference (dew.bench.analysis.stats.paired).
+worker count, the geometric mean of the rounds' ratios with its 95% t-interval and the p of
+a t-test on their logs against no difference (dew.bench.analysis.stats.paired).
 """
 
 import dataclasses
@@ -144,11 +144,11 @@ def rounds(args: Args, dataset: str) -> int:
 
 
 def verdict(result: stats.Paired) -> str:
-    """The median ratio to the plain loop, its 95% interval and the signed-rank p."""
+    """The paired ratio to the plain loop, its 95% interval and the t-test's p."""
     p_value = "n/a" if result.p_value is None else f"{result.p_value:.3g}"
     return (
-        f"median {result.median:.2f}x the plain loop [{result.low:.2f}, {result.high:.2f}] "
-        f"(95%, {result.rounds} rounds, Wilcoxon p {p_value})"
+        f"{result.ratio:.2f}x the plain loop [{result.low:.2f}, {result.high:.2f}] "
+        f"(95%, {result.rounds} rounds, t-test p {p_value})"
     )
 
 

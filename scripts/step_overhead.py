@@ -4,16 +4,16 @@ Both loops drive the same compiled executable in the same process, on the same s
 and batch: the tool's measurement (dew.bench.sweep.case_run.measure: the Trainer's `step`, the
 dispatch window, one block at the end) and the tightest loop that can be written
 (`compiled(state, batch)` back to back, one block at the end). They alternate for a
-number of rounds so that a slow spell of the host hits both. The verdict is the median
-of the rounds' own ratios (tool / bare of the same round), with its 95% interval and the
-Wilcoxon signed-rank p (dew.bench.analysis.stats.paired): a round's two windows are seconds apart,
-so a slow minute of a shared host moves both, where the fastest or the median of each
-side alone can come from different minutes.
+number of rounds so that a slow spell of the host hits both. The verdict is the geometric
+mean of the rounds' own ratios (tool / bare of the same round), with its 95% t-interval and
+the p of a t-test on their logs (dew.bench.analysis.stats.paired): a round's two windows are
+seconds apart, so a slow minute of a shared host moves both, where the fastest or the
+median of each side alone can come from different minutes.
 
     JAX_PLATFORMS=cpu python scripts/step_overhead.py [--architecture simple_dit]
         [--preset cpu-smoke] [--batch 8] [--steps 200] [--rounds 31] [--limit 0.02]
 
-Exit 0 when the median paired overhead is within --limit, 1 otherwise (or when the case
+Exit 0 when the paired overhead is within --limit, 1 otherwise (or when the case
 cannot be built), 2 on bad input.
 """
 
@@ -129,11 +129,11 @@ def overhead(args: Args) -> int:
         print(f"{name} ms/step  fastest {min(side):.3f}  median {float(np.median(side)):.3f}")
     p_value = "n/a" if result.p_value is None else f"{result.p_value:.3g}"
     print(
-        f"overhead      paired median {(result.median - 1) * 100:+.2f}% "
+        f"overhead      paired {(result.ratio - 1) * 100:+.2f}% "
         f"[{(result.low - 1) * 100:+.2f}%, {(result.high - 1) * 100:+.2f}%] (95%, "
-        f"{result.rounds} rounds, Wilcoxon p {p_value}); limit {args.limit * 100:.0f}%"
+        f"{result.rounds} rounds, t-test p {p_value}); limit {args.limit * 100:.0f}%"
     )
-    return cli.EXIT_OK if result.median - 1 <= args.limit else cli.EXIT_CHANGED
+    return cli.EXIT_OK if result.ratio - 1 <= args.limit else cli.EXIT_CHANGED
 
 
 if __name__ == "__main__":

@@ -1,6 +1,5 @@
 """dew.bench.analysis.ab: the rounds of `nox -s ab` paired into one record per side, the table of
-the
-per-round ratios with their intervals and verdicts, and the chart."""
+the per-round ratios with their intervals and verdicts, and the chart."""
 
 import json
 from pathlib import Path
@@ -71,15 +70,38 @@ def noisy(base: float, rounds: int, scale: float = 1.0) -> list[float]:
     return [base * scale * (1 + wiggle[i % len(wiggle)]) for i in range(rounds)]
 
 
+def shifted(base: float, rounds: int, scale: float = 1.0, by: int = 1) -> list[float]:
+    """`noisy` with its rounds rotated: the same spread, paired with other rounds' wiggle."""
+    figures = noisy(base, rounds, scale)
+    return figures[by:] + figures[:by]
+
+
+def case_table(out: str) -> dict[str, dict[str, str]]:
+    """The first table of ab's output: each case's cells by column name."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| case |"))
+    headers = [cell.strip() for cell in lines[start].strip("|").split("|")]
+    table = {}
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):  # the table ends at its first other line
+            break
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        table[cells[0]] = dict(zip(headers, cells, strict=True))
+    return table
+
+
 def test_the_same_stack_against_itself_has_no_faster_or_slower_row(tmp_path, capsys):
     a = {"simple_dit": noisy(30, 5), "uvit": noisy(40, 5)}
-    b = {"simple_dit": noisy(30, 5)[::-1], "uvit": noisy(40, 5)[1:] + noisy(40, 5)[:1]}
+    b = {"simple_dit": noisy(30, 5)[::-1], "uvit": shifted(40, 5)}
     run_dir = make_run(tmp_path, a, b)
     assert ab.main([str(run_dir)]) == 0
-    table = capsys.readouterr().out
-    assert "| simple_dit |" in table and "| uvit |" in table
-    assert "faster" not in table.split("Notes:")[0].split("| verdict |")[1]
-    assert "slower" not in table.split("Notes:")[0].split("| verdict |")[1]
+    out = capsys.readouterr().out
+    table = case_table(out)
+    assert set(table) == {"simple_dit", "uvit"}
+    assert {row["verdict"] for row in table.values()} <= {"same", "undecided"}
+    assert "B against A: 2 cases: 0 faster, 0 slower" in out
+    for row in table.values():  # the paired spread is small: what it could detect is too
+        assert row["pairs"] == "5" and float(row["MDE"].rstrip("%")) < 10
     for name in ("a.json", "b.json", "ab.md", "ab.png"):
         assert (run_dir / name).stat().st_size > 0
     side = read_run(run_dir / "a.json")
@@ -96,18 +118,39 @@ def test_b_faster_in_every_one_of_eight_rounds_is_faster_and_exit_1(tmp_path, ca
     run_dir = make_run(tmp_path, a, b)
     assert ab.main([str(run_dir)]) == 1
     out = capsys.readouterr().out
-    assert "| faster |" in out
-    assert "0.800 (-20.0%)" in out
+    row = case_table(out)["simple_dit"]
+    assert row["verdict"] == "faster" and row["B/A"] == "0.800 (-20.0%)"
     assert "B against A: 1 cases: 1 faster" in out
 
 
-def test_five_rounds_cannot_reach_alpha_and_say_how_many_can(tmp_path, capsys):
-    # The exact signed-rank test's smallest two-sided p with 5 pairs is 2/32 = 0.0625.
-    run_dir = make_run(tmp_path, {"uvit": noisy(40, 5)}, {"uvit": noisy(40, 5, scale=0.7)})
+def test_seven_rounds_of_a_clear_change_decide_every_case_of_a_preset_after_holm(tmp_path, capsys):
+    # 17 cases, B 10% slower in each, 7 rounds. The signed-rank test's smallest p at 7 pairs
+    # is 2/128 = 0.0156: Holm over 17 cases takes it to 0.27 and nothing would be decided.
+    # The t on the logs of the per-round ratios decides every case.
+    names = [f"arch{index:02d}" for index in range(17)]
+    a = {name: noisy(20 + index, 7) for index, name in enumerate(names)}
+    b = {name: shifted(20 + index, 7, 1.10, by=1 + index % 3) for index, name in enumerate(names)}
+    run_dir = make_run(tmp_path, a, b)
+    assert ab.main([str(run_dir)]) == 1
+    out = capsys.readouterr().out
+    table = case_table(out)
+    assert list(table) == names
+    for row in table.values():
+        assert row["verdict"] == "slower" and row["pairs"] == "7"
+        assert float(row["p (Holm)"]) < 0.05
+        low, high = (float(x) for x in row["95% interval"].split("-"))
+        assert 1.05 < low < 1.10 < high
+        assert float(row["MDE"].rstrip("%")) < 10  # 10% was detectable, and was detected
+    assert "B against A: 17 cases: 0 faster, 17 slower, 0 same, 0 undecided" in out
+    assert "smallest p" not in out  # no signed-rank note any more
+
+
+def test_one_paired_round_is_no_verdict(tmp_path, capsys):
+    run_dir = make_run(tmp_path, {"uvit": [40.0]}, {"uvit": [30.0]})
     assert ab.main([str(run_dir)]) == 0
     out = capsys.readouterr().out
-    assert "| undecided |" in out
-    assert "smallest p after Holm is 0.0625" in out and "6 rounds can" in out
+    assert case_table(out)["uvit"]["verdict"] == "undecided"
+    assert "- uvit: 1 paired round: a verdict needs 2 or more" in out
 
 
 def test_a_failed_round_fails_the_side_row_and_exits_1(tmp_path, capsys):

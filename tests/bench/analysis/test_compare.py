@@ -1,20 +1,34 @@
 """compare: the 09-05 rerun against the 09-02 table must read as the seed reads it."""
 
+import json
+import math
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from dew.bench.analysis import compare, comparison
+from dew.bench.analysis import compare, comparison, noise, stats
 from dew.bench.record.schema import read_run, write_run
 
 PUBLISHED = Path(__file__).resolve().parents[3] / "results" / "published"
 FIRST = PUBLISHED / "2026-09-02-rtx4080-6b0f119-small.json"
 RERUN = PUBLISHED / "2026-09-05-rtx4080-9886c20-rerun.json"
+RUNS = PUBLISHED.parent / "runs"
+AA2_A = RUNS / "20261202-cpu-smoke-stats-aa2-a" / "step.json"
+AA2_B = RUNS / "20261202-cpu-smoke-stats-aa2-b" / "step.json"
+OPT0 = RUNS / "20261202-cpu-smoke-stats-opt0" / "step.json"  # XLA at -O0: slower
+MIRROR = {"faster": "slower", "slower": "faster"}
 
 
-@pytest.fixture(scope="module")
-def rerun_vs_first():
+pytestmark = pytest.mark.usefixtures("pinned_noise")  # conftest: the A/A records' table
+QUIET = noise.NoiseModel(
+    stats.Noise(0.0, 0.003, math.inf, "rows exact to 0.3%"), {}, "rows exact to 0.3%"
+)  # what the seed's reading took for granted: a figure is the row's, give or take 0.3%
+
+
+@pytest.fixture
+def rerun_vs_first(pinned_noise):
     return comparison.compare(read_run(RERUN), read_run(FIRST))
 
 
@@ -22,19 +36,38 @@ def rows_by_label(cmp):
     return {r.label: r for r in cmp.rows}
 
 
-def test_seed_reading_simple_dit_faster_decoder_seven_percent_slower(rerun_vs_first):
+def test_two_published_figures_are_one_draw_each_so_no_change_is_decided(rerun_vs_first):
+    # The seed read simple_dit as faster and the decoder as 7% slower. Each published figure
+    # is one process of one run: against the run level and process level of the noise table
+    # (an RTX 4080 is not in it: its conservative default), neither change is shown.
     rows = rows_by_label(rerun_vs_first)
     dit = rows["simple_dit"]
     assert (dit.run.ms_per_step, dit.reference.ms_per_step) == (7.02, 7.9)
-    assert dit.verdict == "faster" and dit.comparable
+    assert dit.comparable and dit.difference.one_draw == "both"
+    assert dit.difference.ratio == pytest.approx(7.02 / 7.9, rel=1e-12)
+    assert dit.difference.low < 1 / 1.05 and dit.difference.high > 1.05
+    assert dit.verdict == "undecided" and "reaches into the band" in dit.why
+    assert any(note.startswith("both have one process: judged as one draw") for note in dit.notes)
+    assert dit.noise.source.startswith("default (RTX 4080 not in noise.json)")
     decoder = rows["causal_transformer"]
-    assert decoder.verdict == "slower"
+    assert decoder.verdict == "undecided"
     assert decoder.change == pytest.approx(0.07, abs=0.005)
-    assert rows["video_dit"].verdict == "same"
-    assert rows["hierarchical_mmdit"].verdict == "same"
+    assert rows["video_dit"].verdict == "undecided"
+    assert rows["video_dit"].why.startswith("inside the band, but its interval")
+    assert rows["hierarchical_mmdit"].verdict == "undecided"
     # Same backbone: the 99,840 extra params are the condition table moved into the state.
     assert any("+99,840" in note and "condition" in note for note in dit.notes)
-    assert not rerun_vs_first.reproduced
+    assert rerun_vs_first.reproduced  # nothing changed that the noise does not explain
+    assert rerun_vs_first.detectable > 0.5  # two single draws could not have seen +50%
+
+
+def test_taken_as_exact_the_published_figures_read_as_the_seed_reads_them():
+    cmp = comparison.compare(read_run(RERUN), read_run(FIRST), noise=QUIET)
+    rows = rows_by_label(cmp)
+    assert rows["simple_dit"].verdict == "faster"
+    assert rows["causal_transformer"].verdict == "slower"
+    assert rows["video_dit"].verdict == "same" and rows["hierarchical_mmdit"].verdict == "same"
+    assert not cmp.reproduced
 
 
 def test_commit_and_env_flags_are_listed_as_stack_differences(rerun_vs_first):
@@ -59,17 +92,30 @@ def test_rows_without_partner_and_failed_rows_are_reported(rerun_vs_first):
     assert len(rerun_vs_first.counted) == 4
 
 
-def test_cli_markdown_exit_status_band_and_plot(tmp_path, capsys):
+def test_cli_markdown_exit_status_columns_and_plot(tmp_path, capsys, pinned_noise):
     png = tmp_path / "chart.png"
-    assert compare.main([str(RERUN), str(FIRST), "--plot", str(png)]) == 1
+    assert compare.main([str(RERUN), str(FIRST), "--plot", str(png)]) == 0
     out = capsys.readouterr().out
     assert "| commit | 9886c20 | 6b0f119 |" in out
-    assert "| simple_dit | 7.02 | 7.90 | 0.889 (-11.1%)" in out
-    assert "causal_transformer slower (+7.0%)" in out
+    assert "| p (Holm) | MDE | n for 10% | verdict |" in out
+    dit = next(line for line in out.splitlines() if line.startswith("| simple_dit |"))
+    assert dit.startswith("| simple_dit | 7.02 | 7.90 | 0.889 (-11.1%) [0.5")
+    # Two single draws cannot reach a 10% MDE with any number of repeats: the run level.
+    assert re.search(r" \| 1 \| \d+% \| never \(floor \d+%\) \| undecided \|$", dit), dit
+    header = out.split("Stack differences")[0]
+    default = pinned_noise["default"]
+    assumed = f"{default['run']:.1%} between runs (process level {default['process']:.1%}"
+    assert f"- run level assumed: {assumed}" in header
+    assert "from default (RTX 4080 not in noise.json)" in header
+    assert "\nREPRODUCED: 4 comparable rows: 4 undecided" in out
+    assert re.search(r"could not detect a change of less than \d+% in every row", out)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    # A band wide enough for the decoder's 7% and simple_dit's 11% reproduces it.
-    assert compare.main([str(RERUN), str(FIRST), "--band", "12", "--format", "text"]) == 0
-    assert "\nREPRODUCED: 4 comparable rows: 4 same" in capsys.readouterr().out
+    # --strict fails the undecided rows; a target above the floor gets a number of repeats.
+    assert compare.main([str(RERUN), str(FIRST), "--strict"]) == 1
+    capsys.readouterr()
+    assert compare.main([str(RERUN), str(FIRST), "--target-mde", "200", "--format", "text"]) == 0
+    out = capsys.readouterr().out
+    assert "n for 200%" in out and "never" not in out.split("Ratios are")[0]
 
 
 def test_run_against_itself_reproduces_and_default_reference(tmp_path, capsys):
@@ -77,8 +123,11 @@ def test_run_against_itself_reproduces_and_default_reference(tmp_path, capsys):
     write_run(copy, read_run(FIRST))
     # The default reference is the published record sharing the most rows: 09-02 itself.
     assert compare.default_reference(read_run(copy), copy) == FIRST
+    # One process a side: the ratio is exactly 1, but a figure of one process is one draw
+    # of its run, so "same within 5%" is not shown either.
     assert compare.main([str(copy)]) == 0
-    assert "\nREPRODUCED: 12 comparable rows: 12 same" in capsys.readouterr().out
+    assert "\nREPRODUCED: 12 comparable rows: 12 undecided" in capsys.readouterr().out
+    assert compare.main([str(copy), "--strict"]) == 1
 
 
 def test_different_model_is_not_comparable(tmp_path):
@@ -109,9 +158,18 @@ def test_loader_records_compare_on_throughput():
     slower.rows[1].samples_per_s = loader.rows[1].samples_per_s / 2  # 8 workers: half as fast
     cmp = comparison.compare(slower, loader)
     verdicts = [r.verdict for r in cmp.rows]
-    assert verdicts == ["same", "slower"]
+    # The unchanged row is one draw a side (undecided); half the throughput is beyond the
+    # widest prediction interval the table allows.
+    assert verdicts == ["undecided", "slower"]
     assert cmp.rows[1].change == pytest.approx(1.0)  # twice the time per sample
+    assert cmp.rows[1].difference.ratio == pytest.approx(2.0)  # ms per batch, run / ref
+    assert cmp.rows[1].difference.low > 1.05
     assert not cmp.reproduced
+    # The interval is shown in the throughput's own direction: inverted.
+    from dew.bench.analysis import report
+
+    low, high = report.shown_interval(cmp.rows[1], cmp.timing)
+    assert low < 0.5 < high < 1 / 1.05
 
 
 @pytest.mark.parametrize("flags", [["--alpha", "2"], ["--alpha", "0"], ["--band", "-5"]])
@@ -144,9 +202,16 @@ def test_rows_with_samples_get_statistical_verdicts_and_strict_fails_undecided(t
     first = read_run(FIRST)
     same = comparison.compare(_with_samples(first, 1.0, 1), _with_samples(first, 1.0, 2))
     assert {r.verdict for r in same.counted} <= {"same", "undecided"} and same.reproduced
-    slower = comparison.compare(_with_samples(first, 2.0, 3), _with_samples(first, 1.0, 4))
+    run, reference = _with_samples(first, 2.0, 3), _with_samples(first, 1.0, 4)
+    slower = comparison.compare(run, reference)
     assert {r.verdict for r in slower.counted} == {"slower"} and not slower.reproduced
-    assert all(r.samples.low > 1.9 for r in slower.counted)
+    assert all(r.difference.low < 2 < r.difference.high for r in slower.counted)
+    # Two records are two runs: the run level widens what 1% between processes shows.
+    interleaved = comparison.compare(run, reference, noise=noise.NoiseModel.interleaved())
+    for wide, narrow in zip(slower.counted, interleaved.counted, strict=True):
+        assert wide.difference.ratio == narrow.difference.ratio
+        assert wide.difference.low < narrow.difference.low and narrow.difference.low > 1.95
+        assert narrow.difference.high < 2.05 < wide.difference.high
     # Two repeats a side: every row undecided; exit 0, but 1 with --strict.
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     write_run(a, _with_samples(first, 1.0, 5, repeats=2))
@@ -203,11 +268,15 @@ def _with_probes(record, probe_ms: float, seed: int):
 def test_a_change_the_host_drift_explains_is_undecided_with_the_reason(tmp_path, capsys):
     # The A/A failure of issue 17: the same code, the host 12% faster during the run.
     first = read_run(FIRST)
+    # On a quiet host (a run level of 1%) a 12% change would read faster without the probe.
+    quiet = noise.NoiseModel(stats.Noise(0.01, 0.01, math.inf, "quiet"), {}, "quiet")
     run, reference = _with_samples(first, 0.88, 11), _with_samples(first, 1.0, 12)
-    without = comparison.compare(run, reference)
+    without = comparison.compare(run, reference, noise=quiet)
     assert {r.verdict for r in without.counted} == {"faster"}  # what compare said before
     assert without.host is None
-    cmp = comparison.compare(_with_probes(run, 264.0, 13), _with_probes(reference, 300.0, 14))
+    cmp = comparison.compare(
+        _with_probes(run, 264.0, 13), _with_probes(reference, 300.0, 14), noise=quiet
+    )
     assert cmp.host.ratio == pytest.approx(0.88, abs=0.02) and cmp.host.readings == (5, 5)
     assert {r.verdict for r in cmp.counted} == {"undecided"} and cmp.reproduced
     for row in cmp.counted:
@@ -218,12 +287,14 @@ def test_a_change_the_host_drift_explains_is_undecided_with_the_reason(tmp_path,
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     write_run(a, _with_probes(run, 264.0, 13))
     write_run(b, _with_probes(reference, 300.0, 14))
-    assert compare.main([str(a), str(b)]) == 0
+    assert compare.main([str(a), str(b), "--run-noise", "1"]) == 0
     out = capsys.readouterr().out
     header = out.split("Stack differences")[0]
     assert "- host drift: the host probe read 0.88" in header
     assert "(5 and 5 readings): the host ran 12% faster during the run" in header
-    assert compare.main([str(a), str(b), "--strict"]) == 1
+    assert "- run level assumed: 1.0% between runs" in header and "--run-noise 1" in header
+    assert "undecided: the host ran 12% faster during the run than the reference" in out
+    assert compare.main([str(a), str(b), "--run-noise", "1", "--strict"]) == 1
 
 
 def test_a_real_change_on_a_steady_host_stays_slower():
@@ -254,9 +325,72 @@ def test_records_without_probes_compare_as_before_and_say_so(tmp_path, capsys):
     assert out.count("no host probe in") == 1
     assert f"- no host probe in REFERENCE {b}: drift between the runs not checked" in out
     assert "| slower" in out or " slower" in out.split("Verdict")[1]
-    # The published records: neither side has readings, said once, verdicts unchanged.
-    assert compare.main([str(RERUN), str(FIRST), "--format", "text"]) == 1
+    # The published records: neither side has readings, said once.
+    assert compare.main([str(RERUN), str(FIRST), "--format", "text"]) == 0
     out = capsys.readouterr().out
     assert out.count("no host probe in") == 1
     assert f"no host probe in RUN {RERUN} or REFERENCE {FIRST}" in out
-    assert "causal_transformer slower (+7.0%)" in out
+    assert "REPRODUCED: 4 comparable rows: 4 undecided" in out
+
+
+# --- --format json ------------------------------------------------------------------------------
+
+
+def _strict(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
+def compare_json(capsys, *argv: str) -> tuple[int, dict]:
+    """compare --format json: the exit status and the one JSON object it printed."""
+    code = compare.main([*argv, "--format", "json"])
+    out = capsys.readouterr().out
+    return code, json.loads(out, parse_constant=_strict)  # no NaN or Infinity either
+
+
+def test_json_is_one_object_with_each_rows_statistics(capsys):
+    code, document = compare_json(capsys, str(OPT0), str(AA2_A))
+    assert code == 1 and document["reproduced"] is False
+    assert document["noise"]["source"] == "cpu: 6 committed A/A records (noise.json)"
+    assert document["noise"]["run"] > 0 and document["timing"] == "ms_per_step"
+    assert document["summary"].startswith("NOT REPRODUCED: 4 comparable rows: 3 slower")
+    rows = {row["label"]: row for row in document["rows"]}
+    assert list(rows) == ["uvit", "simple_dit", "causal_transformer", "causal_transformer (moe)"]
+    for row in rows.values():
+        assert {"label", "ratio", "interval", "p_holm", "verdict", "reason", "mde"} <= set(row)
+        low, high = row["interval"]
+        assert 0 < low < high and 0 <= row["p_holm"] <= 1 and row["mde"] > 0.05
+        assert row["repeats"] == [5, 5] and row["one_process"] is None
+        assert (row["reason"] is None) == (row["verdict"] != "undecided")
+    uvit = rows["uvit"]
+    assert uvit["verdict"] == "slower" and uvit["ratio"] == pytest.approx(52.9916 / 29.5794)
+    assert uvit["interval"][0] > 1.05 and uvit["p_holm"] < 0.05
+    assert rows["causal_transformer"]["verdict"] == "undecided"
+    assert rows["causal_transformer"]["reason"].startswith("inside the band, but its interval")
+
+
+def test_json_names_a_given_run_level(capsys):
+    code, document = compare_json(capsys, str(AA2_A), str(AA2_B), "--run-noise", "3")
+    assert document["noise"]["source"] == "--run-noise 3" and document["noise"]["run"] == 0.03
+    assert {row["run_noise"] for row in document["rows"]} == {0.03}
+
+
+@pytest.mark.parametrize(("run", "reference"), [(AA2_A, AA2_B), (OPT0, AA2_A)])
+def test_swapping_the_records_gives_reciprocal_ratios_and_mirrored_verdicts(capsys, run, reference):
+    code_ab, ab = compare_json(capsys, str(run), str(reference))
+    code_ba, ba = compare_json(capsys, str(reference), str(run))
+    assert code_ab == code_ba
+    rows_ba = {row["label"]: row for row in ba["rows"]}
+    assert len(ab["rows"]) == len(rows_ba) == 4
+    for row in ab["rows"]:
+        other = rows_ba[row["label"]]
+        assert row["ratio"] * other["ratio"] == pytest.approx(1, abs=1e-12)
+        assert row["interval"][0] * other["interval"][1] == pytest.approx(1, abs=1e-12)
+        assert row["interval"][1] * other["interval"][0] == pytest.approx(1, abs=1e-12)
+        assert row["p_holm"] == pytest.approx(other["p_holm"], rel=1e-12)
+        assert row["mde"] == pytest.approx(other["mde"], rel=1e-12)
+        assert other["verdict"] == MIRROR.get(row["verdict"], row["verdict"])
+    drift_ab, drift_ba = ab["host_drift"], ba["host_drift"]
+    assert drift_ab["ratio"] * drift_ba["ratio"] == pytest.approx(1, abs=1e-12)
+    assert drift_ab["interval"][0] * drift_ba["interval"][1] == pytest.approx(1, abs=1e-12)
+    if run == OPT0:  # the mirror held on real changes
+        assert [row["verdict"] for row in ab["rows"]].count("slower") == 3

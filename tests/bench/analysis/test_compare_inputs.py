@@ -16,6 +16,8 @@ FIRST = PUBLISHED / "2026-09-02-rtx4080-6b0f119-small.json"
 RERUN = PUBLISHED / "2026-09-05-rtx4080-9886c20-rerun.json"
 LOADER = PUBLISHED / "oxford-flowers-loader.json"
 
+pytestmark = pytest.mark.usefixtures("pinned_noise")  # conftest: the A/A records' table
+
 
 def one_error_line(capsys) -> str:
     out, err = capsys.readouterr()
@@ -55,8 +57,9 @@ def test_plot_onto_an_existing_file_needs_overwrite(records, tmp_path, capsys):
     assert compare.main([str(run), str(ref), "--plot", str(chart)]) == 2
     assert f"--plot {chart} exists; pass --overwrite" in one_error_line(capsys)
     assert chart.read_bytes() == b"an earlier chart"
-    assert compare.main([str(run), str(ref), "--plot", str(chart), "--overwrite"]) == 1
-    assert "NOT REPRODUCED" in capsys.readouterr().out
+    # The published figures are one draw each: every row undecided, so exit 0.
+    assert compare.main([str(run), str(ref), "--plot", str(chart), "--overwrite"]) == 0
+    assert "\nREPRODUCED: 4 comparable rows: 4 undecided" in capsys.readouterr().out
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["chart.png", "ref.json", "run.json"]
 
@@ -135,10 +138,37 @@ def test_band_outside_a_percentage_is_one_line(capsys, band):
 
 
 @pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (["--target-mde", "0"], "--target-mde 0 is not a percentage in (0, 1000)"),
+        (["--target-mde", "-10"], "--target-mde -10 is not a percentage in (0, 1000)"),
+        (["--target-mde", "nan"], "--target-mde nan is not a percentage in (0, 1000)"),
+        (["--run-noise", "-1"], "--run-noise -1 is not a percentage in [0, 100)"),
+        (["--run-noise", "100"], "--run-noise 100 is not a percentage in [0, 100)"),
+    ],
+)
+def test_target_mde_and_run_noise_outside_their_range_are_one_line(capsys, flags, expected):
+    assert compare.main([str(RERUN), str(FIRST), *flags]) == 2
+    assert expected in one_error_line(capsys)
+
+
+def test_a_compile_only_run_has_no_json(tmp_path, capsys):
+    document = json.loads(FIRST.read_text())
+    document["settings"]["compile_only"] = True
+    run = tmp_path / "compile-only.json"
+    run.write_text(json.dumps(document))
+    assert compare.main([str(run), str(FIRST), "--format", "json"]) == 2
+    assert f"RUN {run} is compile-only: its parity table has md and text" in one_error_line(capsys)
+
+
+@pytest.mark.parametrize(
     "argv, expected",
     [
         ([], "missing"),
-        ([str(RERUN), "--format", "html"], "'html' is not valid; valid: md, text"),
+        ([str(RERUN), "--format", "html"], "'html' is not valid; valid: md, text, json"),
+        ([str(RERUN), "--format", "yaml"], "'yaml' is not valid; valid: md, text, json"),
+        ([str(RERUN), "--target-mde", "abc"], "--target-mde"),
+        ([str(RERUN), "--run-noise", "much"], "--run-noise"),
         ([str(RERUN), "--band", "wide"], "--band"),
         ([str(RERUN), str(FIRST), str(FIRST)], "unrecognized argument"),
         ([str(RERUN), "--colour"], "unrecognized argument --colour"),

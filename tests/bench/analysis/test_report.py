@@ -1,27 +1,82 @@
-"""report: rows name themselves (row.label()) and a chart replaces its file in one step."""
+"""The reports: rows name themselves (row.label()), a comparison's report (md, text, JSON)
+says what it assumed and could detect, and a chart replaces its file in one step."""
 
 import contextlib
+import json
 from pathlib import Path
 
 import pytest
 
+from dew.bench.analysis import comparison, report, tables
 from dew.bench.analysis import plots as figure
-from dew.bench.analysis import tables as report
 from dew.bench.record.schema import StepRow, read_run
 
 PUBLISHED = Path(__file__).resolve().parents[3] / "results" / "published"
+FIRST = PUBLISHED / "2026-09-02-rtx4080-6b0f119-small.json"
 RERUN = PUBLISHED / "2026-09-05-rtx4080-9886c20-rerun.json"
+RUNS = PUBLISHED.parent / "runs"
+AA2_A = RUNS / "20261202-cpu-smoke-stats-aa2-a" / "step.json"
+OPT0 = RUNS / "20261202-cpu-smoke-stats-opt0" / "step.json"
 
 
 def test_tables_name_rows_by_their_label():
     rows = read_run(RERUN).rows
-    text = report.step_table(rows, "tsv")
+    text = tables.step_table(rows, "tsv")
     assert [line.split("\t")[0] for line in text.splitlines()[1:]] == [r.label() for r in rows]
     failed = StepRow(
         architecture="unet", case={"batch": 16, "moe": True}, status="failed", error="boom"
     )
-    table = report.step_table([failed], "md", compile_only=True)
+    table = tables.step_table([failed], "md", compile_only=True)
     assert table.splitlines()[2].startswith("| unet (moe) | — | — | failed: boom |")
+
+
+@pytest.fixture
+def opt0_vs_aa(pinned_noise):
+    run, ref = read_run(OPT0), read_run(AA2_A)
+    return comparison.compare(run, ref, run_label="opt0", reference_label="aa2-a"), run, ref
+
+
+def test_the_report_states_the_noise_it_assumed_and_what_it_could_not_detect(opt0_vs_aa):
+    cmp, run, ref = opt0_vs_aa
+    text = report.comparison(cmp, run, ref, "text")
+    header = text.split("Stack differences")[0]
+    assert "- host drift: the host probe read 1.016x" in header
+    line = next(line for line in header.splitlines() if line.startswith("- run level assumed"))
+    assert "from cpu: 6 committed A/A records (noise.json)" in line
+    # causal_transformer varied more between the A/A records than the pool: its own level.
+    noisier = cmp.noise.rows["causal_transformer"].run
+    assert noisier > cmp.noise.pooled.run
+    assert line.endswith(f"; rows measured noisier: causal_transformer {noisier:.1%}")
+    worst = max(row.detect.mde for row in cmp.counted)
+    best = min(row.detect.mde for row in cmp.counted)
+    assert cmp.detectable == worst and best < worst
+    summary = report.summary(cmp)
+    assert summary.startswith("NOT REPRODUCED: 4 comparable rows: 3 slower, 1 undecided")
+    assert "; uvit slower (+79.2%); simple_dit slower (+54.7%);" in summary
+    assert summary.endswith(
+        f"could not detect a change of less than {worst:.0%} in every row ({best:.0%} in its "
+        "best row)"
+    )
+    assert summary in text and "\nVerdict\n" in text  # text: no Markdown headings
+    md = report.comparison(cmp, run, ref, "md")
+    assert "### Verdict" in md and "| p (Holm) | MDE | n for 10% | verdict |" in md
+
+
+def test_the_json_report_is_strict_json_for_rows_without_statistics(pinned_noise):
+    run, ref = read_run(RERUN), read_run(FIRST)
+    cmp = comparison.compare(run, ref)
+    document = json.loads(json.dumps(report.as_json(cmp), allow_nan=False))
+    rows = {row["label"]: row for row in document["rows"]}
+    absent = rows["unet"]  # a reference row the run does not have
+    assert absent["verdict"] == "not in this run" and absent["run"] is None
+    assert (absent["interval"], absent["p_holm"], absent["mde"], absent["counts"]) == (
+        None, None, None, False,
+    )  # fmt: skip
+    dit = rows["simple_dit"]
+    assert dit["one_process"] == "both" and dit["repeats"] == [1, 1]
+    assert dit["repeats_for_target"] is None and dit["mde_floor"] > 0.10  # "never"
+    assert document["host_drift"] is None and document["stack"][0]["what"] == "commit"
+    assert document["noise"]["df"] is not None and document["noise"]["rows"] == {}
 
 
 def _chart_rows():

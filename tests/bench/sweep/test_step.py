@@ -221,6 +221,14 @@ def test_resume_refuses_a_record_from_another_commit(tmp_path):
         (["--steps", "0"], ["--steps", "0"]),
         (["--repeats", "0"], ["--repeats", "0"]),
         (["--repeats", "-1"], ["--repeats", "-1"]),
+        (["--repeats", "many"], ["--repeats", "many"]),
+        (["--repeats", "auto"], ["--repeats auto", "--target-mde"]),
+        (["--repeats", "auto", "--target-mde", "0"], ["--target-mde 0", "percentage"]),
+        (["--repeats", "auto", "--target-mde", "nan"], ["--target-mde nan", "percentage"]),
+        (["--repeats", "auto", "--target-mde", "abc"], ["--target-mde", "abc"]),
+        (["--repeats", "auto", "--target-mde", "20", "--max-repeats", "2"], ["--max-repeats 2"]),
+        (["--repeats", "auto", "--target-mde", "20", "--compile-only"], ["--compile-only"]),
+        (["--target-mde", "20"], ["--target-mde", "--repeats auto"]),
         (["--compile-jobs", "0"], ["--compile-jobs 0", "1 or more"]),
         (["--compile-jobs", "-2"], ["--compile-jobs -2", "1 or more"]),
         (["--compile-jobs", "2", "--no-isolate"], ["--compile-jobs 2", "--no-isolate"]),
@@ -382,7 +390,7 @@ def test_repeats_run_in_rounds_and_keep_every_repeats_samples(tmp_path):
         assert row.ms_per_step == pytest.approx(np.median([r.ms_per_step for r in row.repeats]))
         low, high = row.ms_per_step_ci95
         assert low <= row.ms_per_step <= high
-        assert "2 repeats: too few for a verdict (3 or more)" in row.warnings
+        assert "2 repeats: their spread is a guess (3 or more)" in row.warnings
     assert read_run(out).rows == record.rows
 
 

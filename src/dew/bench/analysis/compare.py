@@ -1,16 +1,19 @@
 """Hold a run against a reference record: did it reproduce, and if not, why?
 
-`python -m dew.bench.analysis.compare RUN [REFERENCE] [--band 5] [--format md|text] [--plot PNG]
-[--overwrite]`
+`python -m dew.bench.analysis.compare RUN [REFERENCE] [--band 5] [--alpha 0.05]
+[--target-mde 10] [--run-noise PCT] [--format md|text|json] [--plot PNG] [--overwrite]`
 
 First the stack differences (packages, driver, device, env flags, commit, settings), then
-per row the ratios run / reference of ms/step, p50, samples/s, util and peak GiB, and a
-verdict: `faster`/`slower` only beyond the band AND significant at --alpha after
-Holm-Bonferroni over the rows, `same` when the whole interval of the ratio lies inside the
-band, else `undecided` saying why; with host-speed probes in both records a change the
-host's own drift explains is `undecided` too. dew.bench.analysis.comparison holds the
-model (the verdicts, the host drift), dew.bench.analysis.matching which rows pair up, and
-dew.bench.analysis.tables prints the report; this module is the command line.
+per row the ratios run / reference of ms/step, p50, samples/s, util and peak GiB, the
+timing ratio's interval (the repeats and the run level between two records), the p after
+Holm-Bonferroni, what the row could have detected (MDE) and the repeats a side a change of
+--target-mde would need, and a verdict: `faster`/`slower` only with the whole interval
+beyond the band AND significant at --alpha after Holm, `same` with the whole interval
+inside the band, else `undecided` saying why; with host-speed probes in both records a
+change the host's own drift explains is `undecided` too. The run level comes from the
+committed A/A records (results/noise.json, dew.bench.analysis.noise) or --run-noise.
+dew.bench.analysis.comparison holds the model, dew.bench.analysis.matching which rows pair
+up and dew.bench.analysis.report prints it; this module is the command line.
 A compile-only RUN (settings.compile_only) has no times: compare prints the parity table
 instead, params and GFLOP/step against the reference (dew.bench.analysis.parity has the commands).
 
@@ -25,6 +28,8 @@ records of two kinds, an unwritable --plot.
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,8 +37,7 @@ from typing import Annotated, Literal
 
 import tyro
 
-from dew.bench.analysis import comparison, parity
-from dew.bench.analysis import tables as report
+from dew.bench.analysis import comparison, noise, parity, report
 from dew.bench.analysis.plots import comparison_chart
 from dew.bench.common import cli, files
 from dew.bench.common.cli import UsageError
@@ -94,8 +98,13 @@ class Args:
     """significance level of a verdict, after Holm-Bonferroni over the rows compared"""
     strict: bool = False
     """exit 1 also when a row is undecided (too few samples or too noisy)"""
-    format: Literal["md", "text"] = "md"
-    """Markdown or aligned text"""
+    target_mde: float = 10.0
+    """the change in percent each row says how many repeats a side it would need for"""
+    run_noise: float | None = None
+    """the run level in percent (the spread of a row between two runs); default: measured
+    on the committed A/A records of the records' device kind (results/noise.json)"""
+    format: Literal["md", "text", "json"] = "md"
+    """Markdown, aligned text, or one JSON object (the fields: docs/reproducing.md)"""
     plot: str | None = None
     """write a PNG bar chart here: ms/step (samples/s; GFLOP/step for a compile-only run)"""
     overwrite: bool = False
@@ -119,6 +128,10 @@ def _compare(args: Args) -> int:
         raise UsageError(f"--band {args.band:g} is not a percentage in [0, 100)")
     if not 0 < args.alpha < 1:
         raise UsageError(f"--alpha {args.alpha:g} is not a probability in (0, 1)")
+    if not 0 < args.target_mde < 1000:
+        raise UsageError(f"--target-mde {args.target_mde:g} is not a percentage in (0, 1000)")
+    if args.run_noise is not None and not 0 <= args.run_noise < 100:
+        raise UsageError(f"--run-noise {args.run_noise:g} is not a percentage in [0, 100)")
     run_path = Path(args.run)
     run = load(run_path, "RUN")
     if args.reference is not None:
@@ -137,15 +150,26 @@ def _compare(args: Args) -> int:
             "record; compare records of one kind"
         )
     if run.settings.compile_only:
+        if args.format == "json":
+            raise UsageError(f"RUN {run_path} is compile-only: its parity table has md and text")
         rows = parity.check(run, ref)
         print(parity.render(rows, run, ref, str(run_path), str(ref_path), args.format))
         ok, field = parity.passed(rows), "gflop_per_step"
     else:
+        model = noise.for_records(run, ref)
+        if args.run_noise is not None:
+            pooled = model.pooled
+            given = noise.Noise(args.run_noise / 100, pooled.process, math.inf,
+                                f"--run-noise {args.run_noise:g}")  # fmt: skip
+            model = noise.NoiseModel(given, {}, given.source)
         cmp = comparison.compare(
             run, ref, band=args.band, alpha=args.alpha, run_label=str(run_path),
-            reference_label=str(ref_path),
+            reference_label=str(ref_path), noise=model, target=args.target_mde / 100,
         )  # fmt: skip
-        print(report.comparison(cmp, run, ref, args.format))
+        if args.format == "json":
+            print(json.dumps(report.as_json(cmp), indent=1))
+        else:
+            print(report.comparison(cmp, run, ref, args.format))
         rows, field = cmp.rows, cmp.timing
         ok = cmp.reproduced and not (args.strict and cmp.undecided)
     if plot_path is not None:

@@ -1,21 +1,23 @@
 """The model of holding a run against a reference: per row the ratios and a verdict.
 
 Per row the ratios run / reference of ms/step, p50, samples/s, util and peak GiB (the
-loader: samples/s, p50, p95, first batch), and a verdict: `faster`/`slower` only beyond
-the band AND significant at alpha after Holm-Bonferroni over the rows
-(dew.bench.analysis.stats), `same` when the whole interval of the ratio lies inside the
-band, else `undecided` saying why; a side without raw samples (the published tables,
-schema 1) gets a band verdict on its point figures, and says so.
-When both records hold host-speed probes (`host_probe_ms` of every repeat, taken before
-the repeat was timed: dew.bench.runtime.hostprobe), the host's own drift between them, h = the
-median of the run's readings / the reference's with its interval (`stats.drift`), is shown
-in the header, and a `faster`/`slower` must also lie wholly beyond the band around h: a
-change the host's drift explains is `undecided` ("the host ran 12% faster during the run
-..."). A record without readings (older ones, the published tables) is compared as
-before, and the header says once that the drift was not checked. Rows are paired by
-dew.bench.analysis.matching. A row whose model differs (GFLOP/step, backbone params, batch
-or sample) is "different model, not comparable": its ratios are shown but it does not
-decide the exit status.
+loader: samples/s, p50, p95, first batch), and for the timing (ms/step; the loader's ms
+per batch) the statistics of dew.bench.analysis.stats: the ratio of the geometric means of
+the repeats with its interval, including the run level of dew.bench.analysis.noise (two
+records are two runs); the p of its t-test corrected over the rows by Holm-Bonferroni; a
+verdict (`faster`/`slower` only with the whole interval beyond the band, symmetric in log
+space, AND significant; `same` with the whole interval inside; else `undecided`, saying
+why); and what the row could have detected (`Detectable`: its MDE, and the repeats a side
+a target change needs). A side with one process (the published tables, a plain run) is one
+draw of its run: the interval is a prediction interval, and the row says so.
+
+When both records hold host-speed probes (`host_probe_ms` of every repeat:
+dew.bench.runtime.hostprobe), the host's own drift between them, h (`stats.drift`), is
+shown in the header, and a `faster`/`slower` must also lie wholly beyond the band around h:
+a change the host's drift explains is `undecided`. A change measured while the idle check
+found the host busy is `undecided` too. Rows are paired by dew.bench.analysis.matching; a
+row whose model differs (GFLOP/step, backbone params, batch or sample) is "different
+model, not comparable": its ratios are shown but it does not decide the exit status.
 
 `compare(run, reference)` gives the `Comparison`; dew.bench.analysis.tables prints it and
 dew.bench.analysis.compare is the command line.
@@ -27,7 +29,7 @@ import dataclasses
 
 from dew.bench.analysis import stats
 from dew.bench.analysis.matching import match_rows, same_gflop
-from dew.bench.analysis.repeats import data_groups, step_groups
+from dew.bench.analysis.noise import NoiseModel, for_records
 from dew.bench.common.cli import UsageError
 from dew.bench.record.schema import BenchmarkRun, DataRow, StepRow
 from dew.bench.record.stack import StackDifference, stack_differences
@@ -49,7 +51,11 @@ class RowComparison:
     verdict: str  # faster | slower | same | undecided, or why the row has none
     change: float | None = None  # relative change of the timing that decided the verdict
     notes: list[str] = dataclasses.field(default_factory=list)
-    samples: stats.RepeatRatio | None = None  # both sides have raw samples (schema 2)
+    sides: tuple[stats.Side, stats.Side] | None = None  # the timing's repeats, log scale
+    difference: stats.Difference | None = None  # the timing's statistics (time: run / ref)
+    adjusted_p: float | None = None  # its p after Holm over the rows
+    detect: stats.Detectable | None = None  # what the row could have detected
+    noise: stats.Noise | None = None  # the run level it assumed
     why: str | None = None  # what an `undecided` lacks
 
     @property
@@ -79,6 +85,14 @@ class Comparison:
     rows: list[RowComparison]
     host: stats.Drift | None = None  # the host probe's drift; None: a side has no readings
     host_line: str | None = None  # the header's line on it (the drift, or why not checked)
+    noise: NoiseModel | None = None  # the run level assumed, and where it came from
+    target: float = 0.10  # the change `repeats_for` is asked about (a fraction)
+
+    @property
+    def detectable(self) -> float | None:
+        """The largest MDE of the rows compared: less than this, some row could not see."""
+        found = [r.detect.mde for r in self.counted if r.detect is not None]
+        return max(found) if found else None
 
     @property
     def counted(self) -> list[RowComparison]:
@@ -141,7 +155,7 @@ def _model_difference(run: StepRow | DataRow, ref: StepRow | DataRow) -> tuple[s
     return None, notes
 
 
-def compare_rows(run_row, ref_row, kind: str, band: float, note: str | None) -> RowComparison:
+def compare_rows(run_row, ref_row, kind: str, note: str | None, noise: NoiseModel) -> RowComparison:
     label = (run_row if run_row is not None else ref_row).label()
     fields = RATIO_FIELDS[kind]
     if run_row is None:
@@ -182,51 +196,75 @@ def compare_rows(run_row, ref_row, kind: str, band: float, note: str | None) -> 
         )
     # For times lower is faster; for throughput (the loader) higher is.
     change = ratio - 1 if timing != "samples_per_s" else 1 / ratio - 1
-    if abs(change) <= band / 100:
-        verdict = "same"
-    else:
-        verdict = "faster" if change < 0 else "slower"
-    row = RowComparison(label, run_row, ref_row, ratios, True, verdict, change, notes)
-    groups = step_groups if kind == "step" else data_groups
-    run_groups, ref_groups = groups(run_row), groups(ref_row)
-    if run_groups and ref_groups:
-        row.samples = stats.repeat_ratio(run_groups, ref_groups)  # verdict: after Holm
-    else:
-        side = "reference" if not ref_groups else "run"
-        row.notes.append(f"{side} has no samples: a band verdict on the point figures")
+    row = RowComparison(label, run_row, ref_row, ratios, True, "undecided", change, notes)
+    sides = (timing_side(run_row, timing), timing_side(ref_row, timing))
+    if None in sides:  # a zero figure: nothing to take the log of
+        row.verdict = "no timing to compare"
+        return row
+    row.noise = noise.for_row(label)
+    row.sides = sides
+    row.difference = stats.compare_sides(*row.sides, row.noise)
+    one = row.difference.one_draw
+    if one is not None:
+        which = {"run": "the run has", "reference": "the reference has", "both": "both have"}
+        row.notes.append(
+            f"{which[one]} one process: judged as one draw of its run (a prediction interval"
+            + (", the process level from the noise table)" if one == "both" else ")")
+        )
     return row
 
 
+def timing_side(row: StepRow | DataRow, timing: str) -> stats.Side | None:
+    """A row's timing as the log summary of its repeats (time per step or per batch); a row
+    without repeats is one process with its point figure; None without a positive one."""
+    if isinstance(row, DataRow):
+        figures = [1e3 * row.batch / r.samples_per_s for r in row.repeats or [] if r.samples_per_s]
+        if not figures and row.samples_per_s:
+            figures = [1e3 * row.batch / row.samples_per_s]
+    elif timing == "ms_per_step" and row.repeats:
+        figures = [r.ms_per_step for r in row.repeats if r.ms_per_step]
+    else:
+        figures = [getattr(row, timing)]
+    figures = [figure for figure in figures if figure is not None and figure > 0]
+    return stats.side(figures) if figures else None
+
+
 def decide(
-    rows: list[RowComparison], band: float, alpha: float, host: stats.Drift | None = None
+    rows: list[RowComparison],
+    band: float,
+    alpha: float,
+    host: stats.Drift | None = None,
+    target: float = 0.10,
 ) -> None:
-    """The verdicts of the rows with samples on both sides, their p-values corrected
-    together by Holm-Bonferroni (dew.bench.analysis.stats); then, with the host's drift measured,
-    every `faster`/`slower` held against the band around it."""
-    tested = [row for row in rows if row.samples is not None and row.counts]
-    adjusted = stats.holm([row.samples.p_value for row in tested])
+    """The verdicts of the rows with a timing on both sides, their p-values corrected
+    together by Holm-Bonferroni (dew.bench.analysis.stats), what each could have detected;
+    then every `faster`/`slower` held against a busy host and the host's drift."""
+    tested = [row for row in rows if row.difference is not None and row.counts]
+    adjusted = stats.holm([row.difference.p_value for row in tested])
     for row, p_value in zip(tested, adjusted, strict=True):
-        row.verdict, row.why = stats.verdict(row.samples, p_value, band=band / 100, alpha=alpha)
+        diff = row.difference
+        row.adjusted_p = p_value
+        row.verdict, row.why = stats.verdict(diff, p_value, band=band / 100, alpha=alpha)
+        row.detect = stats.detectable(
+            *row.sides, row.noise, tests=len(tested), band=band / 100, alpha=alpha
+        )
         busy = "; ".join(filter(None, (_busy(row.run, "run"), _busy(row.reference, "ref"))))
         if row.verdict in ("faster", "slower") and busy:
             # A change measured while other work ran says more about the host than the
             # stack (the seed: unet 54 ms/step under load against 16.4 idle).
             row.verdict, row.why = "undecided", f"{row.verdict} while {busy}"
+        if host is not None and row.verdict in ("faster", "slower"):
+            if not stats.beyond_drift(diff.low, diff.high, diff.ratio, host, band / 100):
+                row.verdict, row.why = "undecided", _drift_why(host, diff, band / 100)
     for row in rows:
-        if host is not None and row.counts and row.verdict in ("faster", "slower"):
-            # A row without samples on a side (a band verdict) is held by its point ratio.
-            timed = row.samples or stats.RepeatRatio(1 + row.change, None, None, None, (0, 0))
-            if not stats.beyond_drift(timed, host, band / 100):
-                row.verdict, row.why = "undecided", _drift_why(host, timed, band / 100)
         if row.why:
             row.notes.append(f"undecided: {row.why}")
 
 
-def _drift_why(host: stats.Drift, timed: stats.RepeatRatio, band: float) -> str:
+def _drift_why(host: stats.Drift, diff: stats.Difference, band: float) -> str:
     """Why a change the host's drift explains is undecided, with the figures."""
     floor, ceiling = stats.drift_band(host, band)
-    low, high = timed.span()
-    shown = f"{low:.3f}-{high:.3f}" if timed.low is not None else f"{timed.ratio:.3f}"
+    shown = f"{diff.low:.3f}-{diff.high:.3f}"
     return (
         f"{_host_speed(host)} (host probe); the change is within that (ratio {shown} "
         f"against the band {floor:.3f}-{ceiling:.3f} around the drift)"
@@ -296,16 +334,23 @@ def compare(
     alpha: float = 0.05,
     run_label: str = "run",
     reference_label: str = "reference",
+    noise: NoiseModel | None = None,
+    target: float = 0.10,
 ) -> Comparison:
+    """Hold `run` against `reference`; `noise` defaults to the committed table's
+    (dew.bench.analysis.noise.for_records), `target` is the change (a fraction) each row
+    says how many repeats it would need for."""
     if run.kind != reference.kind:
         raise UsageError(f"cannot compare a {run.kind} run with a {reference.kind} record")
+    noise = for_records(run, reference) if noise is None else noise
     stack, unknown = stack_differences(run, reference)
     rows = [
-        compare_rows(a, b, run.kind, band, note)
+        compare_rows(a, b, run.kind, note, noise)
         for a, b, note in match_rows(run.rows, reference.rows)
     ]
     host, host_line = host_drift(run, reference, run_label, reference_label)
-    decide(rows, band, alpha, host)
+    decide(rows, band, alpha, host, target)
     return Comparison(
-        run_label, reference_label, run.kind, band, alpha, stack, unknown, rows, host, host_line
-    )
+        run_label, reference_label, run.kind, band, alpha, stack, unknown, rows, host,
+        host_line, noise, target,
+    )  # fmt: skip

@@ -17,6 +17,7 @@ from dew.bench.analysis import stats
 from dew.bench.record.schema import DataRepeat, DataRow, StepRepeat, StepRow
 
 DIGITS = 4  # raw samples kept to 0.1 us: a 100-step repeat is about 1 KB of JSON
+AUTO_BAND, AUTO_ALPHA = 0.05, 0.05  # --repeats auto aims at compare's defaults
 
 
 def step_repeat(ms_per_step: float, synced_ms: Sequence[float], compile_s: float | None):
@@ -74,13 +75,36 @@ def summarize_step(
     peaks = [r.peak_gib for r in (first, row) if r is not None and r.peak_gib is not None]
     if peaks:
         update["peak_gib"] = max(peaks)
-    groups = stats.groups_of(figures, samples)
-    update["ms_per_step_ci95"] = list(stats.interval(groups))
+    interval = stats.row_interval(figures)
+    update["ms_per_step_ci95"] = list(interval) if interval else None
     failed = [
         w for w in (first.warnings if first else []) if w.startswith("repeat ") and "failed" in w
     ]
     update["warnings"] = stats.noise_warnings(figures, samples) + busy_warnings(repeats) + failed
     return StepRow.model_validate({**row.model_dump(), **update})
+
+
+def auto_stop(row: StepRow, noise: stats.Noise, *, tests: int, target: float) -> str | None:
+    """Why `--repeats auto` adds no more repeats to `row` (None: it goes on): it failed,
+    its detectable change (against another run like this one, at compare's default band
+    and alpha over `tests` rows) reached `target` (a fraction), or the run level alone
+    keeps it above the target whatever the repeats."""
+    if row.status != "ok" or not row.repeats:
+        return "failed" if row.status != "ok" else None
+    figures = [repeat.ms_per_step for repeat in row.repeats]
+    if len(figures) < stats.MIN_REPEATS:
+        return None
+    this = stats.side(figures)
+    detect = stats.detectable(this, this, noise, tests=tests, band=AUTO_BAND, alpha=AUTO_ALPHA)
+    if detect.mde <= target:
+        return f"MDE {detect.mde:.1%} <= target {target:.0%} at {len(figures)} repeats"
+    if detect.floor > target:
+        return (
+            f"MDE {detect.mde:.1%} at {len(figures)} repeats; the run level "
+            f"({noise.run:.1%}) keeps it above {detect.floor:.1%} whatever the repeats, "
+            f"over the target {target:.0%}"
+        )
+    return None
 
 
 def busy_warnings(repeats: Sequence[StepRepeat | DataRepeat]) -> list[str]:
@@ -89,15 +113,6 @@ def busy_warnings(repeats: Sequence[StepRepeat | DataRepeat]) -> list[str]:
         for index, repeat in enumerate(repeats, start=1)
         if repeat.host_busy
     ]
-
-
-def step_groups(row: StepRow) -> list[np.ndarray] | None:
-    """The row's samples for a comparison, None for a row that holds summaries only."""
-
-    if not row.repeats:
-        return None
-    figures = [repeat.ms_per_step for repeat in row.repeats]
-    return stats.groups_of(figures, [repeat.synced_ms for repeat in row.repeats])
 
 
 # --- the loader ----------------------------------------------------------------------------
@@ -110,13 +125,14 @@ def summarize_data(row: DataRow, repeats: list[DataRepeat]) -> DataRow:
         return row
     per_batch = [1e3 * row.batch / repeat.samples_per_s for repeat in repeats]
     samples = [repeat.intervals_ms for repeat in repeats]
-    groups = stats.groups_of(per_batch, samples)
-    ms = stats.figure(groups)
-    low, high = stats.interval(groups)
+    ms = float(np.median(per_batch))
+    interval = stats.row_interval(per_batch)
     update: dict[str, Any] = {
         "repeats": repeats,
         "samples_per_s": 1e3 * row.batch / ms,
-        "samples_per_s_ci95": [1e3 * row.batch / high, 1e3 * row.batch / low],
+        "samples_per_s_ci95": None
+        if interval is None
+        else [1e3 * row.batch / interval[1], 1e3 * row.batch / interval[0]],
         "p50_ms": float(np.median([np.percentile(s, 50) for s in samples])),
         "p95_ms": float(np.median([np.percentile(s, 95) for s in samples])),
         "warnings": stats.noise_warnings(per_batch, samples, unit="ms/batch")
@@ -126,12 +142,3 @@ def summarize_data(row: DataRow, repeats: list[DataRepeat]) -> DataRow:
     if firsts:
         update["first_batch_s"] = float(np.median(firsts))
     return DataRow.model_validate({**row.model_dump(), **update})
-
-
-def data_groups(row: DataRow) -> list[np.ndarray] | None:
-    """The loader row's samples (ms per batch) for a comparison; None without samples."""
-
-    if not row.repeats:
-        return None
-    per_batch = [1e3 * row.batch / repeat.samples_per_s for repeat in row.repeats]
-    return stats.groups_of(per_batch, [repeat.intervals_ms for repeat in row.repeats])

@@ -3,11 +3,10 @@
 step_table(rows, fmt)      the step benchmark's table, columns as in the seed
                            (compile_only=True: the --compile-only columns)
 data_table(rows, fmt)      the loader benchmark's table
-comparison(cmp, ...)       dew.bench.analysis.comparison's report: stack differences,
-                           ratios, verdict
 table(headers, rows, fmt)  any table: "tsv" (the seed's layout), "md", or "aligned"
 
-Figures (a row with its interval, compare --plot, the site) are dew.bench.analysis.plots's.
+Figures (a row with its interval, compare --plot, the site) are dew.bench.analysis.plots's;
+a comparison's report is dew.bench.analysis.report's.
 
 A row names itself: `row.label()` (dew.bench.record.schema) is the first cell of every table.
 """
@@ -15,13 +14,9 @@ A row names itself: `row.label()` (dew.bench.record.schema) is the first cell of
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from dew.bench.record.schema import BenchmarkRun, DataRow, StepRow
 from dew.bench.record.stack import NOT_RECORDED
-
-if TYPE_CHECKING:  # the type only: printing a comparison needs none of its statistics
-    from dew.bench.analysis.comparison import Comparison
 
 FORMATS = ("tsv", "md", "aligned")
 MISSING = "—"
@@ -237,7 +232,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]], fmt: str = "tsv
     return "\n".join(lines) + "\n"
 
 
-# --- the comparison ------------------------------------------------------------------------
+# --- a record in one phrase ---------------------------------------------------------------
 
 
 def describe(record: BenchmarkRun) -> str:
@@ -246,79 +241,3 @@ def describe(record: BenchmarkRun) -> str:
     device = env.devices.kind if env.devices and env.devices.kind else NOT_RECORDED
     commit = env.code.commit if env.code and env.code.commit else NOT_RECORDED
     return f"{record.created or 'date not recorded'}, {device}, dew {commit}"
-
-
-def _ratio_text(ratio: float | None) -> str:
-    if ratio is None:
-        return MISSING
-    return f"{ratio:.3f} ({(ratio - 1) * 100:+.1f}%)"
-
-
-def comparison(cmp: Comparison, run: BenchmarkRun, ref: BenchmarkRun, fmt: str = "md") -> str:
-    """dew.bench.analysis.comparison's report ("md" or "text"): stack, rows, notes, verdict."""
-    style = "md" if fmt == "md" else "aligned"
-    h = "### " if fmt == "md" else ""
-    out = [
-        f"{'## ' if fmt == 'md' else ''}Comparison (noise band ±{cmp.band:g}%)",
-        "",
-        f"- run: {cmp.run_label} ({describe(run)})",
-        f"- reference: {cmp.reference_label} ({describe(ref)})",
-        *([f"- {cmp.host_line}"] if cmp.host_line else []),
-        "",
-        f"{h}Stack differences",
-        "",
-    ]
-    if cmp.stack:
-        stack = [(d.what, d.run, d.reference) for d in cmp.stack]
-        out.append(table(("what", "run", "reference"), stack, style))
-    else:
-        out.append("none recorded\n")
-    if cmp.not_recorded:
-        out.append(f"Recorded on one side only: {', '.join(cmp.not_recorded)}.\n")
-    timing = COLUMN_NAMES[cmp.timing]
-    headers = ["row", f"{timing} run", f"{timing} ref"]
-    headers += [f"{COLUMN_NAMES[f]} ratio" for f in cmp.fields] + ["verdict"]
-    body = []
-    for r in cmp.rows:
-        if r.run is None:  # listed in one line below the table
-            continue
-        b = getattr(r.reference, cmp.timing) if r.reference else None
-        ratios = [_ratio_text(r.ratios.get(f)) for f in cmp.fields]
-        ratios[0] += _interval_text(r, cmp.timing)
-        body.append([r.label, num(getattr(r.run, cmp.timing), 2), num(b, 2), *ratios, r.verdict])
-    out += [f"{h}Rows", "", table(headers, body, style)]
-    absent = [r.label for r in cmp.rows if r.run is None]
-    if absent:
-        out.append(f"Reference rows not in this run: {', '.join(absent)}.\n")
-    notes = [f"- {r.label}: {n}" for r in cmp.rows for n in r.notes]
-    if notes:
-        out += ["Notes:", *notes, ""]
-    counted = cmp.counted
-    tally = {word: sum(r.verdict == word for r in counted) for word in VERDICTS}
-    outside = [r for r in counted if r.changed]
-    word = "REPRODUCED" if cmp.reproduced else "NOT REPRODUCED"
-    summary = f"{word}: {len(counted)} comparable rows: " + ", ".join(
-        f"{count} {verdict}" for verdict, count in tally.items() if count
-    )
-    summary += f" (band ±{cmp.band:g}%, alpha {cmp.alpha:g} after Holm-Bonferroni)"
-    if outside:
-        summary += "; " + "; ".join(
-            f"{r.label} {r.verdict}"
-            + (f" ({r.change * 100:+.1f}%)" if r.change is not None else "")
-            for r in outside
-        )
-    out += [f"{h}Verdict", "", summary, ""]
-    return "\n".join(out)
-
-
-VERDICTS = ("faster", "slower", "same", "undecided", "failed in this run")
-
-
-def _interval_text(row, timing: str) -> str:
-    """The ratio's 95% interval, in the timing's own direction (samples/s inverts)."""
-    if row.samples is None or row.samples.low is None:
-        return ""
-    low, high = row.samples.low, row.samples.high
-    if timing == "samples_per_s":
-        low, high = 1 / high, 1 / low
-    return f" [{low:.3f}, {high:.3f}]"

@@ -18,6 +18,7 @@ raise through it. This module re-exports those names, so an entry point needs on
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from collections.abc import Callable, Sequence
@@ -123,6 +124,16 @@ def _raise_usage_error(event: Any) -> None:
     if isinstance(event, e.InstantiationFailure):
         message = first_line(event.message)
         where = f"{event.argument.display_name()}: " if event.argument is not None else ""
+        # tyro's wording for a union (`float | None`): name the value and what it is not.
+        union = re.match(r"no type matching (.+) could be instantiated from \[(.*)\]", message)
+        if union:
+            words = {"INT": "an integer", "FLOAT": "a number", "STR": "a string"}
+            kinds = [
+                words.get(kind, kind.strip("{}"))
+                for kind in union.group(1).split("|")
+                if kind != "{None}"
+            ]
+            message = f"{union.group(2)} is not {' or '.join(kinds)}"
         raise UsageError(f"{where}{message}")
     raise UsageError(f"invalid command line ({type(event).__name__})")
 

@@ -58,8 +58,7 @@ def options_from(args: Args) -> tuple[Options, tuple[presets.Case, ...]]:
     """The run's Options and cases; what tyro cannot check raises UsageError."""
     if args.steps < 1:
         raise cli.UsageError(f"--steps must be at least 1 (got {args.steps})")
-    if args.repeats < 1:
-        raise cli.UsageError(f"--repeats must be at least 1 (got {args.repeats})")
+    check_repeats(args)
     if args.warmup < 0:
         raise cli.UsageError(f"--warmup must be at least 0 (got {args.warmup})")
     if args.compile_jobs is not None and args.compile_jobs < 1:
@@ -90,6 +89,29 @@ def options_from(args: Args) -> tuple[Options, tuple[presets.Case, ...]]:
         mesh.update(mesh_fields(args.mesh))
     shared = {field.name: getattr(args, field.name) for field in dataclasses.fields(Options)}
     return Options(**{**shared, "mesh": mesh}), cases
+
+
+def check_repeats(args: Args) -> None:
+    """--repeats N, or auto with a --target-mde and a cap that can reach a verdict."""
+    from dew.bench.analysis.stats import MIN_REPEATS
+
+    if args.repeats != "auto":
+        if args.repeats < 1:
+            raise cli.UsageError(f"--repeats must be at least 1 or auto (got {args.repeats})")
+        if args.target_mde is not None:
+            raise cli.UsageError("--target-mde needs --repeats auto (it decides when to stop)")
+        return
+    if args.target_mde is None:
+        raise cli.UsageError("--repeats auto needs --target-mde PCT (the change to detect)")
+    if not 0 < args.target_mde < 1000:  # a NaN fails this too
+        raise cli.UsageError(f"--target-mde {args.target_mde:g} is not a percentage in (0, 1000)")
+    if not MIN_REPEATS <= args.max_repeats <= 100:
+        raise cli.UsageError(
+            f"--max-repeats {args.max_repeats} with --repeats auto: give {MIN_REPEATS} to 100 "
+            f"(a row is judged from {MIN_REPEATS} repeats on)"
+        )
+    if args.compile_only:
+        raise cli.UsageError("--repeats auto times the cases; --compile-only times nothing")
 
 
 def mesh_fields(text: str) -> dict[str, Any]:

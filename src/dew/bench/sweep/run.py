@@ -155,9 +155,18 @@ def run(
         "rows": rows,
         "note": "; ".join(warnings) or None,
     }
-    repeats = 1 if options.compile_only else options.repeats
+    auto = options.repeats == "auto" and not options.compile_only
+    if options.compile_only:
+        repeats = 1
+    else:
+        repeats = options.max_repeats if auto else options.repeats
     total = len(cases) * repeats
+    stopped: dict[tuple, str] = {}  # --repeats auto: the cases done, and why
     for round_index in range(repeats):
+        if auto:
+            stop_done_cases(cases, rows, stopped, options, environment, log if leader else None)
+            if len(stopped) == len(cases):
+                break
         busy = round_busy(idle_check, round_index, options, first=idle)
         # The host's speed (dew.bench.runtime.hostprobe), read again before each wave is timed.
         probe: dict[str, float | None] = {"ms": None}
@@ -171,6 +180,8 @@ def run(
             if done is not None and done.status == "ok" and measured(done) > round_index:
                 if leader and round_index == 0:
                     log(f"[{position + 1}/{total}] {case.label()}: ok in {json_out}, kept")
+                continue
+            if case.key() in stopped:
                 continue
             todo.append((position, case))
 
@@ -205,7 +216,46 @@ def run(
                 start = time.perf_counter()
                 row = _measure_in_process(case, options, processes, position + 1, round_index)
                 on_row(position, case, row, time.perf_counter() - start)
+    if auto:
+        for case in cases:
+            stopped.setdefault(case.key(), f"reached --max-repeats {repeats}")
+        for row in rows:  # why each row has as many repeats as it has, in the record
+            why = stopped.get(row.key())
+            if why is not None:
+                _put(
+                    rows,
+                    row.model_copy(update={"warnings": [*row.warnings, f"repeats auto: {why}"]}),
+                )
+        if json_out and leader:
+            write_run(json_out, record)
     return BenchmarkRun.model_validate(record)
+
+
+def stop_done_cases(
+    cases: Sequence[Case],
+    rows: list[StepRow],
+    stopped: dict[tuple, str],
+    options: Options,
+    environment: Environment,
+    log: Callable[[str], None] | None,
+) -> None:
+    """--repeats auto: mark the cases whose rows need no more repeats (analysis.repeats
+    .auto_stop against the noise of this device kind), saying why."""
+    from dew.bench.analysis.noise import for_kinds
+    from dew.bench.analysis.repeats import auto_stop
+
+    kind = environment.devices.kind if environment.devices else None
+    model = for_kinds(kind, kind)
+    for case in cases:
+        row = _find(rows, case.key())
+        if row is None or case.key() in stopped:
+            continue
+        why = auto_stop(row, model.for_row(row.label()), tests=len(cases),
+                        target=options.target_mde / 100)  # fmt: skip
+        if why is not None:
+            stopped[case.key()] = why
+            if log is not None:
+                log(f"[auto] {case.label()}: stops: {why}")
 
 
 def measured(row: StepRow) -> int:

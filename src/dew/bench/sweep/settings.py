@@ -33,9 +33,15 @@ class Options:
     """steps in each timed window (>= 1)"""
     warmup: int = 2
     """untimed steps before the windows (>= 0)"""
-    repeats: int = 1
+    repeats: int | Literal["auto"] = 1
     """fresh processes per case (a fresh compile each), interleaved round-robin across the
-    cases; the row's figures are medians over them, with a 95% interval"""
+    cases; the row's figures are medians over them, with a 95% interval. auto: rounds are
+    added until each row's detectable change reaches --target-mde or --max-repeats"""
+    target_mde: float | None = None
+    """with --repeats auto: the detectable change in percent (80% power, against another
+    run like this one: dew.bench.analysis.stats.Detectable) each row is measured down to"""
+    max_repeats: int = 15
+    """with --repeats auto: the most repeats a row gets"""
     dtype: Dtype = "bfloat16"
     """compute dtype (parameters and optimizer state stay float32)"""
     mesh: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -69,12 +75,15 @@ def settings_record(options: Options, cases: Sequence[Case]) -> Settings:
     """The record's `settings`: every Options field (those without a Settings field of
     their own in `options`), the cases and what is fixed."""
     fields = dataclasses.asdict(options)
+    auto = fields["repeats"] == "auto"  # options keeps "auto"; the record, the cap
+    if not auto:
+        del fields["repeats"], fields["target_mde"], fields["max_repeats"]
     return Settings(
         preset=fields.pop("preset"),
         architectures=sorted({case.architecture for case in cases}),
         cases=[case.model_dump(exclude_defaults=True) for case in cases],
         steps=fields.pop("steps"),
-        repeats=fields.pop("repeats"),
+        repeats=fields["max_repeats"] if auto else options.repeats,
         warmup=fields.pop("warmup"),
         dtype=fields.pop("dtype"),
         mesh=fields.pop("mesh"),

@@ -1,0 +1,200 @@
+"""A comparison's report (dew.bench.analysis.comparison): Markdown, aligned text or JSON.
+
+Text: the header (the records, the host's drift, the noise assumed and where it came from),
+the stack differences, one line per row (the figures, the timing's ratio with its 95%
+interval, the other ratios, the p after Holm, the detectable change and the repeats a side
+the target change would need, the verdict), the notes, and the verdict's line, which says
+plainly what the comparison could not have detected. JSON (`as_json`): one object with the
+same content for machines (the site, CI); its fields are listed in docs/reproducing.md.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from dew.bench.analysis.comparison import Comparison, RowComparison
+from dew.bench.analysis.tables import COLUMN_NAMES, MISSING, describe, num, table
+from dew.bench.record.schema import BenchmarkRun
+
+VERDICTS = ("faster", "slower", "same", "undecided", "failed in this run")
+
+
+def _ratio_text(ratio: float | None) -> str:
+    if ratio is None:
+        return MISSING
+    return f"{ratio:.3f} ({(ratio - 1) * 100:+.1f}%)"
+
+
+def shown_interval(row: RowComparison, timing: str) -> tuple[float, float] | None:
+    """The timing ratio's 95% interval in the field's own direction (samples/s inverts)."""
+    if row.difference is None:
+        return None
+    low, high = row.difference.low, row.difference.high
+    return (1 / high, 1 / low) if timing == "samples_per_s" else (low, high)
+
+
+def _percent(fraction: float | None) -> str:
+    return MISSING if fraction is None else f"{fraction:.0%}"
+
+
+def _repeats_text(row: RowComparison, target: float) -> str:
+    if row.detect is None:
+        return MISSING
+    n = row.detect.repeats_for(target)
+    return f"never (floor {row.detect.floor:.0%})" if n is None else str(n)
+
+
+def noise_line(cmp: Comparison) -> str | None:
+    if cmp.noise is None:
+        return None
+    pooled = cmp.noise.pooled
+    line = (
+        f"run level assumed: {pooled.run:.1%} between runs (process level {pooled.process:.1%}, "
+        f"df {pooled.df:g}) from {cmp.noise.source}"
+    )
+    if cmp.noise.rows:
+        shown = ", ".join(f"{label} {n.run:.1%}" for label, n in sorted(cmp.noise.rows.items()))
+        line += f"; rows measured noisier: {shown}"
+    return line
+
+
+def comparison(cmp: Comparison, run: BenchmarkRun, ref: BenchmarkRun, fmt: str = "md") -> str:
+    """The report ("md" or "text"): stack, rows, notes, verdict."""
+    style = "md" if fmt == "md" else "aligned"
+    h = "### " if fmt == "md" else ""
+    header_lines = [cmp.host_line, noise_line(cmp)]
+    out = [
+        f"{'## ' if fmt == 'md' else ''}Comparison (noise band ±{cmp.band:g}%)",
+        "",
+        f"- run: {cmp.run_label} ({describe(run)})",
+        f"- reference: {cmp.reference_label} ({describe(ref)})",
+        *[f"- {line}" for line in header_lines if line],
+        "",
+        f"{h}Stack differences",
+        "",
+    ]
+    if cmp.stack:
+        stack = [(d.what, d.run, d.reference) for d in cmp.stack]
+        out.append(table(("what", "run", "reference"), stack, style))
+    else:
+        out.append("none recorded\n")
+    if cmp.not_recorded:
+        out.append(f"Recorded on one side only: {', '.join(cmp.not_recorded)}.\n")
+    timing = COLUMN_NAMES[cmp.timing]
+    target = f"n for {cmp.target:.0%}"
+    headers = ["row", f"{timing} run", f"{timing} ref"]
+    headers += [f"{COLUMN_NAMES[f]} ratio" for f in cmp.fields]
+    headers += ["p (Holm)", "MDE", target, "verdict"]
+    body = []
+    for r in cmp.rows:
+        if r.run is None:  # listed in one line below the table
+            continue
+        b = getattr(r.reference, cmp.timing) if r.reference else None
+        ratios = [_ratio_text(r.ratios.get(f)) for f in cmp.fields]
+        interval = shown_interval(r, cmp.timing)
+        if interval is not None:
+            ratios[0] += f" [{interval[0]:.3f}, {interval[1]:.3f}]"
+        p = MISSING if r.adjusted_p is None else f"{r.adjusted_p:.3g}"
+        mde = _percent(r.detect.mde if r.detect else None)
+        body.append([r.label, num(getattr(r.run, cmp.timing), 2), num(b, 2), *ratios, p, mde,
+                     _repeats_text(r, cmp.target), r.verdict])  # fmt: skip
+    out += [f"{h}Rows", "", table(headers, body, style)]
+    out.append(
+        f"Ratios are run / reference; the interval is the {timing} ratio's 95% interval (the "
+        f"repeats and the run level); MDE: the smallest change the row would call with 80% "
+        f"power; {target}: repeats a side for an MDE of {cmp.target:.0%}.\n"
+    )
+    absent = [r.label for r in cmp.rows if r.run is None]
+    if absent:
+        out.append(f"Reference rows not in this run: {', '.join(absent)}.\n")
+    notes = [f"- {r.label}: {n}" for r in cmp.rows for n in r.notes]
+    if notes:
+        out += ["Notes:", *notes, ""]
+    out += [f"{h}Verdict", "", summary(cmp), ""]
+    return "\n".join(out)
+
+
+def summary(cmp: Comparison) -> str:
+    """The verdict's line: the word, the tally, the changed rows, what could not be seen."""
+    counted = cmp.counted
+    tally = {word: sum(r.verdict == word for r in counted) for word in VERDICTS}
+    word = "REPRODUCED" if cmp.reproduced else "NOT REPRODUCED"
+    line = f"{word}: {len(counted)} comparable rows: " + ", ".join(
+        f"{count} {verdict}" for verdict, count in tally.items() if count
+    )
+    line += f" (band ±{cmp.band:g}%, alpha {cmp.alpha:g} after Holm-Bonferroni)"
+    outside = [r for r in counted if r.changed]
+    if outside:
+        line += "; " + "; ".join(
+            f"{r.label} {r.verdict}"
+            + (f" ({r.change * 100:+.1f}%)" if r.change is not None else "")
+            for r in outside
+        )
+    if cmp.detectable is not None:
+        line += (
+            f". This comparison could not detect a change of less than {cmp.detectable:.0%} "
+            "in every row"
+        )
+        best = min((r.detect.mde for r in counted if r.detect), default=None)
+        if best is not None and best < cmp.detectable:
+            line += f" ({best:.0%} in its best row)"
+    return line
+
+
+# --- JSON ---------------------------------------------------------------------------------
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def row_json(row: RowComparison, cmp: Comparison) -> dict[str, Any]:
+    interval = shown_interval(row, cmp.timing)
+    diff, detect = row.difference, row.detect
+    return {
+        "label": row.label,
+        "run": getattr(row.run, cmp.timing) if row.run else None,
+        "reference": getattr(row.reference, cmp.timing) if row.reference else None,
+        "ratio": row.ratios.get(cmp.timing),
+        "interval": list(interval) if interval else None,
+        "repeats": list(diff.repeats) if diff else None,
+        "p_holm": row.adjusted_p,
+        "verdict": row.verdict,
+        "reason": row.why,
+        "counts": row.counts,
+        "mde": detect.mde if detect else None,
+        "mde_floor": detect.floor if detect else None,
+        "repeats_for_target": detect.repeats_for(cmp.target) if detect else None,
+        "run_noise": row.noise.run if row.noise else None,
+        "one_process": diff.one_draw if diff else None,
+        "ratios": row.ratios,
+        "notes": row.notes,
+    }
+
+
+def as_json(cmp: Comparison) -> dict[str, Any]:
+    """The comparison as one JSON object (docs/reproducing.md lists the fields)."""
+    noise = cmp.noise.pooled if cmp.noise else None
+    return {
+        "run": cmp.run_label,
+        "reference": cmp.reference_label,
+        "kind": cmp.kind,
+        "timing": cmp.timing,
+        "band": cmp.band,
+        "alpha": cmp.alpha,
+        "target": cmp.target,
+        "reproduced": cmp.reproduced,
+        "summary": summary(cmp),
+        "detectable": cmp.detectable,
+        "noise": None if noise is None else {
+            "run": noise.run, "process": noise.process, "df": _finite(noise.df),
+            "source": cmp.noise.source,
+            "rows": {label: n.run for label, n in sorted(cmp.noise.rows.items())},
+        },
+        "host_drift": None if cmp.host is None else {
+            "ratio": cmp.host.ratio, "interval": [cmp.host.low, cmp.host.high],
+        },
+        "stack": [{"what": d.what, "run": d.run, "reference": d.reference} for d in cmp.stack],
+        "rows": [row_json(row, cmp) for row in cmp.rows],
+    }  # fmt: skip
