@@ -76,3 +76,9 @@ def test_a_real_sweep_stops_each_row_and_records_why(tmp_path):
         and "whatever the repeats" in (row.warnings[-1])
     )
     assert any(line.startswith("[auto] simple_dit: stops:") for line in lines)
+
+
+def test_auto_runs_each_case_in_fresh_compiles_like_any_repeats():
+    # case_run turns the persistent cache off for repeated cases: auto is repeated
+    assert Options(repeats="auto", target_mde=20.0).repeated
+    assert Options(repeats=3).repeated and not Options(repeats=1).repeated

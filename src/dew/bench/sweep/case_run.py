@@ -137,9 +137,7 @@ def prepare(
         figures.batch = case.batch
         # Repeats are fresh compiles (XLA may choose differently each time) unless the user
         # named a cache: then they share one executable, as the user asked.
-        cache = options.compilation_cache_dir or (
-            CACHE_OFF if options.repeats > 1 else DEFAULT_CACHE
-        )
+        cache = options.compilation_cache_dir or (CACHE_OFF if options.repeated else DEFAULT_CACHE)
         trainer = Trainer(
             case.architecture,
             config,

@@ -70,6 +70,11 @@ class Options:
     timed ones; a card that slowed itself down (thermal, hardware or power-brake slowdown)
     fails the row (error) or warns (warn); off: no readings"""
 
+    @property
+    def repeated(self) -> bool:
+        """Whether a case runs in more than one process (--repeats N > 1 or auto)."""
+        return self.repeats == "auto" or self.repeats > 1
+
 
 def settings_record(options: Options, cases: Sequence[Case]) -> Settings:
     """The record's `settings`: every Options field (those without a Settings field of
