@@ -120,7 +120,8 @@ def loader_benchmark(
 
 
 def compare_with_published(runner: Runner, run_dir: Path, reference=None) -> None:
-    """The run against the matching published record (or `reference`): table and chart.
+    """The run against the matching published record (or `reference`): table, chart and
+    the JSON of the verdicts (compare.json).
     Rows outside the noise band are a finding, not a failure of the session. `runner`
     reads records: the session's venv from locks/dev.txt, which has the report libraries
     (the measured images do not)."""
@@ -130,4 +131,9 @@ def compare_with_published(runner: Runner, run_dir: Path, reference=None) -> Non
         "-m", "dew.bench.analysis.compare", runner.path(step_json), *refs,
         "--plot", runner.path(run_dir / "compare.png"),
         stdout_to=run_dir / "compare.md", success_codes=(0, 1),
+    )  # fmt: skip
+    # The same comparison for machines (CI, a dashboard): one JSON object.
+    runner.python(
+        "-m", "dew.bench.analysis.compare", runner.path(step_json), *refs, "--format", "json",
+        stdout_to=run_dir / "compare.json", success_codes=(0, 1),
     )  # fmt: skip
