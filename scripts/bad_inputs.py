@@ -7,7 +7,10 @@ with inputs a user can type that must be refused, in a scratch directory holding
 record, a loader record, a text file, a binary file and a prepared dataset. Prints one
 row per input: the command, the exit code and the line on stderr. Exit 0 when every input
 was refused in exactly one line with exit 2, without a traceback, and every file in the
-scratch directory is byte-identical afterwards.
+scratch directory is byte-identical afterwards. A record another run is writing is one
+such input: this script holds `held.json` in the scratch directory (its lock, as a running
+sweep holds its --json-out; `site` as a site build holds its --out) while the tools are
+refused on it.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import tempfile
 from pathlib import Path
 
 from dew.bench.common import cli
+from dew.bench.common.files import one_writer
 
 REPO = Path(__file__).resolve().parents[1]
 PUBLISHED = REPO / "results" / "published"
@@ -32,6 +36,9 @@ COMPARE = [sys.executable, "-m", "dew.bench.analysis.compare"]
 VALIDATE = [sys.executable, "-m", "dew.bench.record.validate"]
 SCHEMA = [sys.executable, "-m", "dew.bench.record.schema"]
 LAUNCH = [sys.executable, "-m", "dew.bench.multihost.launch"]
+SITE = [sys.executable, "-m", "dew.bench.site"]
+# What this script holds while the inputs run, as a running sweep and a site build would.
+HELD, HELD_SITE = "held.json", "site"
 
 
 def inputs(d: Path) -> list[tuple[str, list[str]]]:
@@ -75,10 +82,22 @@ def inputs(d: Path) -> list[tuple[str, list[str]]]:
             [*smoke, "--repeats", "auto", "--target-mde", "20", "--max-repeats", "2"],
         ),
         ("--warmup -1", [*smoke, "--warmup", "-1"]),
+        ("--case-timeout 0", [*smoke, "--case-timeout", "0"]),
+        ("--case-timeout -5", [*smoke, "--case-timeout", "-5"]),
+        ("--case-timeout nan", [*smoke, "--case-timeout", "nan"]),
+        ("--case-timeout abc", [*smoke, "--case-timeout", "abc"]),
         ("--dtype float16", [*smoke, "--dtype", "float16"]),
         ("--preset big", [*STEP, "--preset", "big"]),
         ("unknown flag", [*smoke, "--no-such-flag"]),
         ("--resume without --json-out", [*smoke, "--resume"]),
+        (
+            "--json-out another run is writing",
+            [*smoke, "--architectures", "uvit", "--json-out", str(d / HELD)],
+        ),
+        (
+            "--resume of a record another run is writing",
+            [*smoke, "--architectures", "uvit", "--json-out", str(d / HELD), "--resume"],
+        ),
         (
             "--json-out onto a step record",
             [*smoke, "--architectures", "uvit", "--json-out", str(step)],
@@ -119,7 +138,14 @@ def inputs(d: Path) -> list[tuple[str, list[str]]]:
         ("unknown dataset subcommand", [*DATA, "data:imagenet"]),
         ("negative workers", [*flowers, "--data.loading.workers", "-1"]),
         ("image size 0", [*flowers, "--data.image-size", "0"]),
+        ("loader --case-timeout 0", [*flowers, "--case-timeout", "0"]),
+        ("loader --case-timeout nan", [*flowers, "--case-timeout", "nan"]),
+        ("loader --case-timeout abc", [*flowers, "--case-timeout", "abc"]),
         ("missing --data.path", [*DATA, "data:oxford-flowers", "--data.path", str(d / "none")]),
+        (
+            "loader --json-out another run is writing",
+            [*DATA, "data:synthetic-images", "--data.path", str(data), "--json-out", str(d / HELD)],
+        ),
         ("a synthetic set as oxford-flowers", flowers),
         (
             "loader --json-out onto a step record",
@@ -173,6 +199,7 @@ def inputs(d: Path) -> list[tuple[str, list[str]]]:
         ),
         ("compare --plot under a file", [*COMPARE, str(step), str(step), "--plot", str(blocked)]),
         ("schema --export onto a file", [*SCHEMA, "--export", str(text)]),
+        ("site --out another build is writing", [*SITE, str(d), "--out", str(d / HELD_SITE)]),
         ("launch --processes 3", [*LAUNCH, "--processes", "3", "--json-out", str(d / "m.json")]),
     ]
 
@@ -211,6 +238,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def check(args: Args) -> int:
     d = scratch()
+    # Released once the files are compared.
+    with one_writer(d / HELD, flag="--json-out"), one_writer(d / HELD_SITE, flag="--out"):
+        return check_in(d, args)
+
+
+def check_in(d: Path, args: Args) -> int:
     before = snapshot(d)
     env = dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu"))
     bad = 0

@@ -145,14 +145,9 @@ def test_a_child_past_its_deadline_is_killed_with_its_workers_and_one_line(
 ):
     pids = tmp_path / "pids"
     monkeypatch.setattr(measure, "CHILD", [sys.executable, "-c", HANGS, str(pids)])
-    real = measure.measure_in_child
-
-    def short(*args, **kwargs):
-        return real(*args, **kwargs, timeout_s=3)
-
-    monkeypatch.setattr(data, "measure_in_child", short)
     out = tmp_path / "data.json"
     argv = ["data:synthetic-images", *TINY, "--repeats", "2", "--json-out", str(out)]
+    argv += ["--case-timeout", "3"]
     start = time.monotonic()
     # Should the deadline not work, the stopped child is killed at 60 s: the test then fails
     # (a death, not a timeout) rather than hang.
@@ -183,10 +178,9 @@ def _gone(pid: int) -> bool:
 
 
 def test_a_repeat_has_a_deadline_by_default():
-    import inspect
-
-    default = inspect.signature(measure.measure_in_child).parameters["timeout_s"].default
-    assert default == measure.protocol.LOADER_REPEAT_S == 30 * 60
+    # 30 min, and 0.1 s more for every sample read: the defaults' 105 batches of 8, 84 s.
+    assert measure.protocol.LOADER_REPEAT_S == 30 * 60
+    assert measure.repeat_deadline(batch=8, steps=100, warmup=5) == 30 * 60 + 84
 
 
 def test_the_repeat_in_this_process_has_a_host_probe_reading_taken_before_it(monkeypatch):

@@ -1,9 +1,14 @@
 """dew's error style, for every entry point and helper: bad input is one `UsageError` line,
 `<prog>: error: <message>`, and one exit code per meaning.
 
-    0  ok
-    1  a case failed, or a comparison found a change
-    2  bad input: a flag, a value, a path, or a file that is not what it should be
+    0    ok
+    1    a case failed, or a comparison found a change; an output could not be written
+    2    bad input: a flag, a value, a path, a file that is not what it should be, or an
+         output another run is writing
+    130  stopped by SIGINT (Ctrl-C), 143 by SIGTERM: 128 + the signal, as a shell reports it
+
+Faults that are not bad input end the same way, in one line: a write that fails
+(`WriteFailed`, exit 1) and a stop signal (`Interrupted`), both handled by `faults`.
 
 Standard library only at the top (pydantic is imported where a pydantic error is read), so
 the schema and the noxfile's helpers can raise and print through it.
@@ -11,11 +16,17 @@ the schema and the noxfile's helpers can raise and print through it.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import sys
+import threading
+from collections.abc import Callable, Iterator
 
 from dew.flags import flag
 
 EXIT_OK, EXIT_CHANGED, EXIT_USAGE = 0, 1, 2
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 MAX_LINE = 400  # an XLA or pydantic message runs to pages; a line is enough to act on
 
 
@@ -55,3 +66,79 @@ def first_line(text: str) -> str:
 def say(prog: str, message: str) -> None:
     """One line on stderr in the shared format."""
     print(f"{prog}: error: {message}", file=sys.stderr, flush=True)
+
+
+# --- faults: a write that fails, a stop signal ------------------------------------------------
+
+
+class WriteFailed(Exception):
+    """An output could not be written (a full disk, a quota, an I/O error): one line naming
+    the path and the OS error, then what was kept; exit 1. What was on disk stays as it was
+    before the write (dew.bench.common.files.atomic_write)."""
+
+    def __init__(self, path: str | os.PathLike, error: OSError, kept: str = ""):
+        super().__init__(f"cannot write {path}: {os_error(error)}" + (f"; {kept}" if kept else ""))
+        self.path, self.error = path, error
+
+
+def os_error(error: OSError) -> str:
+    """`[Errno 28] No space left on device`: the error without the file it names (a
+    temporary file's name says nothing to the user; the caller names the output)."""
+    if error.errno is not None and error.strerror:
+        return f"[Errno {error.errno}] {error.strerror}"
+    return first_line(str(error)) or type(error).__name__
+
+
+class Interrupted(BaseException):
+    """SIGTERM or SIGINT arrived: raised in the main thread, so every `finally` and context
+    manager on the way out runs (children killed, temporary files removed). A
+    BaseException, like KeyboardInterrupt, so that no `except Exception` swallows it.
+    `message` says what the run kept; the code that knows sets it on the way out."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+        self.message = "interrupted"
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+@contextlib.contextmanager
+def stop_signals() -> Iterator[None]:
+    """While inside: the first SIGTERM or SIGINT raises Interrupted in the main thread; a
+    later one is ignored, so the way out (killing children, stopping the forkserver) is
+    not cut short. The handlers before are restored after. Off the main thread (a test
+    calling an entry point from a thread) signals stay as they were."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    arrived: list[int] = []
+
+    def handler(signum: int, frame) -> None:
+        if not arrived:
+            arrived.append(signum)
+            raise Interrupted(signum)
+
+    before = {number: signal.signal(number, handler) for number in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for number, previous in before.items():
+            signal.signal(number, previous)
+
+
+def faults(prog: str, body: Callable[[], int]) -> int:
+    """Run an entry point's body (cli.run's) under stop_signals: a stop signal is one line,
+    `<prog>: error: interrupted: ...`, and exit 128 + its number; a failed write one line
+    and exit 1. Never a traceback."""
+    try:
+        with stop_signals():
+            return body()
+    except Interrupted as stop:
+        say(prog, stop.message)
+        return stop.exit_code
+    except WriteFailed as failure:
+        say(prog, str(failure))
+        return EXIT_CHANGED

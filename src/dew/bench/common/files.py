@@ -5,16 +5,19 @@ Every output of every entry point goes through here:
   not one of the run's inputs, and, when it exists, the user must have said what to do
   with it (`--resume` continues it, `--overwrite` replaces it), as pyperf's `-o` does;
 - `check_output_dir` the same for a directory a run writes into (profile, cache);
-- `atomic_write` replaces a file in one step: a reader sees the old file or the new one.
+- `atomic_write` replaces a file in one step: a reader sees the old file or the new one;
+- `one_writer` holds an output for one run at a time: a second run on it is refused.
 
 Standard library only: the schema writes its records through `atomic_write`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from dew.bench.common.errors import UsageError
@@ -40,6 +43,111 @@ def atomic_write(path: str | os.PathLike, data: str | bytes) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return target
+
+
+@contextlib.contextmanager
+def one_writer(path: str | os.PathLike | None, *, flag: str) -> Iterator[None]:
+    """Hold `path` (a record, or the site's directory) for this run alone while inside; a
+    run that finds it held is refused with one UsageError line naming the holder.
+
+    Refuse rather than merge: two runs writing one record would each rewrite it whole from
+    their own rows, and the last write would drop the other's rows. The lock is an OS lock
+    (flock) on `.<name>.lock` beside the path, holding the holder's pid: the OS releases it
+    when the holder ends, however it ends (a kill -9 included), so a dead run never blocks
+    the next one. The lock file is removed on the way out. None: nothing to hold."""
+    if path is None:
+        yield
+        return
+    target = Path(path)
+    lock = target.parent / f".{target.name}.lock"
+    made: list[Path] = []
+    try:
+        _make_directories(lock.parent, made)
+        descriptor = _lock(lock, flag, target)
+    except OSError as error:  # checked writable before; a directory can change since
+        _remove_empty(made)
+        raise UsageError(f"{flag} {target} cannot be written: {error.strerror}") from None
+    except BaseException:
+        _remove_empty(made)
+        raise
+    try:
+        yield
+    finally:
+        # Removed while still held, then released: a run waiting on this file then sees it
+        # gone and locks a new one (_lock), never a file nobody else can see.
+        lock.unlink(missing_ok=True)
+        os.close(descriptor)
+        _remove_empty(made)
+
+
+def _lock(lock: Path, flag: str, target: Path) -> int:
+    """An open descriptor holding the flock of `lock`, with this process's pid in it."""
+    while True:
+        descriptor = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(descriptor)
+            os.close(descriptor)
+            raise UsageError(
+                f"{flag} {target} is being written by another run ({holder}, lock {lock}); "
+                "wait for it to end or write elsewhere"
+            ) from None
+        except OSError as error:  # a filesystem without locks: say so rather than risk it
+            os.close(descriptor)
+            raise UsageError(f"{flag} {target} cannot be locked: {error.strerror}") from None
+        except BaseException:
+            os.close(descriptor)
+            raise
+        if _same_inode(descriptor, lock):
+            break
+        os.close(descriptor)  # its holder removed it as we opened it: lock the new one
+    try:
+        os.ftruncate(descriptor, 0)
+        os.write(descriptor, f"{os.getpid()}\n".encode())
+    except OSError:  # a full disk: the lock holds without the pid ("pid unknown")
+        pass
+    return descriptor
+
+
+def _holder(descriptor: int) -> str:
+    """`pid 1234` from the lock file, as its holder wrote it (or that it is unknown)."""
+    try:
+        text = os.pread(descriptor, 32, 0).decode(errors="replace").strip()
+    except OSError:
+        text = ""
+    return f"pid {text}" if text.isdigit() else "pid unknown"
+
+
+def _same_inode(descriptor: int, lock: Path) -> bool:
+    try:
+        on_disk = os.stat(lock)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(descriptor)
+    return (held.st_dev, held.st_ino) == (on_disk.st_dev, on_disk.st_ino)
+
+
+def _make_directories(directory: Path, made: list[Path]) -> None:
+    """Create `directory` and its missing parents, adding each made to `made`, deepest
+    first."""
+    missing = []
+    while not directory.absolute().exists():
+        missing.append(directory)
+        directory = directory.parent
+    for each in reversed(missing):
+        each.mkdir(exist_ok=True)
+        made.insert(0, each)
+
+
+def _remove_empty(directories: list[Path]) -> None:
+    """Remove the directories a refused or finished run made and left empty: a refusal
+    changes nothing."""
+    for directory in directories:
+        try:
+            directory.rmdir()
+        except OSError:  # something was written there: it stays
+            return
 
 
 def check_output_file(

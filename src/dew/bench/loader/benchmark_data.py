@@ -32,7 +32,9 @@ Everything a user can get wrong is refused in one line (`benchmark_data: error: 
 exit 2) before the measurement: the flags, --json-out (an existing file is replaced only
 with --overwrite, an input never), --against (a step record), and --data.path (a prepared
 directory of the dataset the subcommand names, so a row is never labelled with another
-dataset's name).
+dataset's name), and a --json-out another run holds (one run per record). A record that
+cannot be written (a full disk) is one line and exit 1, the row already on stdout; SIGTERM
+or SIGINT one line and exit 143 or 130, the repeats' processes ended, nothing written.
 """
 
 from __future__ import annotations
@@ -53,7 +55,8 @@ import tyro
 from dew.bench.analysis.repeats import summarize_data, with_host_readings
 from dew.bench.common import cli
 from dew.bench.common.cli import UsageError
-from dew.bench.common.files import check_input_file, check_output_file
+from dew.bench.common.errors import Interrupted, WriteFailed, faults
+from dew.bench.common.files import check_input_file, check_output_file, one_writer
 from dew.bench.loader.measure import (
     RepeatFailed,
     measure_in_child,
@@ -80,8 +83,9 @@ PROG = "benchmark_data"
 
 
 def measure_repeats(args: Args, *, notify=print_notice) -> DataRow:
-    """The configuration's row over `args.repeats` processes (this one when 1)."""
-    if args.repeats == 1:
+    """The configuration's row over `args.repeats` processes (this one when 1, unless
+    --case-timeout: a deadline needs a process it can end)."""
+    if args.repeats == 1 and args.case_timeout is None:
         probe = hostprobe.measure()
         row = measure_loader(args.data, args.batch, args.steps, args.warmup, notify=notify)
         return with_host_readings(row, None, probe)
@@ -97,6 +101,7 @@ def measure_repeats(args: Args, *, notify=print_notice) -> DataRow:
                 args.steps,
                 args.warmup,
                 notify=notify if index == 1 else lambda line: None,
+                timeout_s=args.case_timeout,
             )
         except RepeatFailed as error:
             raise RepeatFailed(f"repeat {index} of {args.repeats}: {error}") from None
@@ -184,6 +189,10 @@ class Args:
     median over them with its 95% interval (1: this process, no child)."""
     idle_check: Literal["error", "warn", "off"] = "warn"
     """sample the host before measuring: refuse (error), warn, or skip the check"""
+    case_timeout: float | None = None
+    """seconds a repeat's process may take before it is killed and the run fails (a
+    repeat in its own process even with --repeats 1); default: 30 min and more for many
+    batches (dew.bench.loader.measure.repeat_deadline)"""
 
 
 def parse_args(argv: list[str]) -> Args:
@@ -204,6 +213,11 @@ def parse_args(argv: list[str]) -> Args:
     ):
         if value < least:
             raise UsageError(f"{cli.flag(name)} must be at least {least} (got {value})")
+    if args.case_timeout is not None and not 0 < args.case_timeout < float("inf"):  # NaN too
+        raise UsageError(
+            f"--case-timeout {args.case_timeout:g} is not a number of seconds; give one above "
+            "0, or leave it out for the default deadline (30 min a repeat)"
+        )
     try:
         args.data.check()
     except ValueError as error:  # the spec's checks name the flag (--data.image-size)
@@ -259,14 +273,22 @@ def _load_average() -> str:
 
 def run(args: Args, argv: list[str]) -> int:
     """Measure, print, write the record, give the verdict; bad input raises UsageError."""
+    step_run = check_outputs_and_inputs(args)
+    with one_writer(args.json_out, flag="--json-out"):  # one run per record, until written
+        return measure_and_write(args, argv, step_run)
+
+
+def measure_and_write(args: Args, argv: list[str], step_run: BenchmarkRun | None) -> int:
     from dew.bench.runtime import idle
 
-    step_run = check_outputs_and_inputs(args)
     load = _load_average()
     try:
         make_source(args.data)  # its directory, shards and split: refused before sampling
         check = idle.guard(args.idle_check)
         row = measure_repeats(args)
+    except Interrupted as stop:  # the repeats' children are killed on the way out
+        stop.message = "interrupted before the row was measured; nothing written"
+        raise
     except ValueError as error:  # DataError included: one line naming the file or record
         raise UsageError(str(error)) from None
     except idle.HostNotIdle as refusal:  # one line; nothing measured, nothing written
@@ -322,13 +344,14 @@ def write_record(args: Args, argv: list[str], row: DataRow, load: str, check=Non
     try:
         write_run(args.json_out, record)  # atomic: the old file or the new one, never half
     except OSError as error:  # checked writable before the measurement; a full disk is not
-        raise UsageError(f"--json-out {args.json_out}: {cli.one_line(error)}") from None
+        kept = f"{args.json_out} is as it was; the row's figures are on stdout"
+        raise WriteFailed(args.json_out, error, kept) from None
     print(f"wrote {args.json_out}")
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    return cli.run(PROG, lambda: run(parse_args(argv), argv))
+    return faults(PROG, lambda: cli.run(PROG, lambda: run(parse_args(argv), argv)))
 
 
 if __name__ == "__main__":

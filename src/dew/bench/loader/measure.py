@@ -5,9 +5,11 @@ A repeat's process is `python -m dew.bench.loader.measure`; it speaks
 dew.bench.runtime.protocol with the run: the run sends its Job, the child sends its Notices
 (a capped worker count) and then its row (Measured) or its bad input (Refused, the run's
 one line and exit 2). Its stdout and stderr are its log: the last line there is the error
-of a repeat that died. A repeat that passes its deadline (LOADER_REPEAT_S, 30 min: imports,
-the workers' start, warmup, timed batches) is killed with its workers (its process group)
-and fails the run in one line, exit 1, as one that dies does.
+of a repeat that died. A repeat that passes its deadline (--case-timeout, or
+repeat_deadline: 30 min for imports, the workers' start, warmup and timed batches, more
+for many samples) is killed with its workers (its process group) and fails the run in one
+line, exit 1, as one that dies does; one out of memory (the kernel's OOM killer, a failed
+allocation) fails it with "out of memory in the repeat: ..." (dew.bench.runtime.protocol).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
+import traceback
 
 import numpy as np
 
@@ -28,6 +31,7 @@ from dew.data.pipeline import make_source, open_batches
 from dew.data.spec import DATASETS, DatasetSpec
 
 CHILD = [sys.executable, "-m", "dew.bench.loader.measure"]  # a repeat's process
+SAMPLE_S = 0.1  # a repeat's deadline per sample read, above LOADER_REPEAT_S: 10 samples/s
 
 
 def print_notice(line: str) -> None:
@@ -132,11 +136,14 @@ def measure_in_child(
     warmup: int,
     *,
     notify=print_notice,
-    timeout_s: float = protocol.LOADER_REPEAT_S,
+    timeout_s: float | None = None,
 ) -> DataRow:
     """measure_loader in a fresh process; its bad input raises UsageError, a death or a
-    repeat past `timeout_s` (killed with its workers) RepeatFailed."""
+    repeat past `timeout_s` (default: repeat_deadline; killed with its workers)
+    RepeatFailed."""
     job = Job(spec.name, spec.model_dump(mode="json"), batch, steps, warmup)
+    if timeout_s is None:
+        timeout_s = repeat_deadline(batch, steps, warmup)
     deadline = protocol.Deadline(timeout_s)
     with spawn("the loader's process", CHILD) as child:
         child.send(job)
@@ -157,6 +164,13 @@ def measure_in_child(
                 return DataRow.model_validate(message.row)
 
 
+def repeat_deadline(batch: int, steps: int, warmup: int) -> float:
+    """The seconds a repeat's process may take by default: LOADER_REPEAT_S (30 min), plus
+    SAMPLE_S for every sample it reads (warmup and timed batches), a rate slower than any
+    loader worth measuring; 105 batches of 8 (the defaults) get 30 min 84 s."""
+    return protocol.LOADER_REPEAT_S + (warmup + steps) * batch * SAMPLE_S
+
+
 def child_main() -> int:
     """A repeat's process: its Job, then its Notices and its row (or its bad input)."""
     parent = protocol.ToParent.from_environment()
@@ -173,6 +187,11 @@ def child_main() -> int:
     except ValueError as error:  # DataError included: the run's one line
         parent.send(Refused(str(error)))
         return cli.EXIT_USAGE
+    except Exception as error:  # a worker that died, MemoryError: the traceback, then the
+        # one line the run reports (the last of the log; a traceback may end in a note)
+        traceback.print_exc()
+        print(cli.one_line(error), file=sys.stderr, flush=True)
+        return cli.EXIT_CHANGED
     parent.send(Measured(row.model_dump(mode="json")))
     return cli.EXIT_OK
 

@@ -18,7 +18,10 @@ the device probe (dew.bench.sweep.preflight). The design:
                 last line it wrote) or UnexpectedMessage (killed too): one line each.
 
 Deadlines, generous: they end a child that hangs, never a slow but real compile. Each is a
-parameter where it is used (CaseProcess, measure_in_child, probe_devices):
+parameter where it is used (CaseProcess, measure_in_child, probe_devices); these are the
+floors of the defaults, which grow with the work asked (dew.bench.sweep.settings
+.case_deadlines, dew.bench.loader.measure.repeat_deadline), and `--case-timeout SECONDS`
+replaces every deadline of a case's or a repeat's child:
 
     COMPILE_S         30 min  a case's child from its start until compiled and initialised
                               (imports, trace and lower, the XLA compile, init)
@@ -27,6 +30,13 @@ parameter where it is used (CaseProcess, measure_in_child, probe_devices):
     PROBE_S            5 min  the device probe (import jax, start the backend)
     LOADER_REPEAT_S   30 min  a loader repeat (imports, workers' start, warmup, timed batches)
     EXIT_GRACE_S      10 s    a child that closed its channel or sent its last message, to exit
+
+Out of memory: a child is the kernel's first choice when memory runs out (ToParent raises
+its oom_score_adj), so the run, which holds every row, lives on. A child that died while
+the kernel's OOM killer ran (its count in /proc/vmstat rose: the child got SIGKILL, or a
+worker of its did), or whose last line is an allocation failure (OUT_OF_MEMORY:
+std::bad_alloc, MemoryError, ENOMEM, RESOURCE_EXHAUSTED), fails with an error that begins
+"out of memory in <phase>: " (ChildOutOfMemory).
 """
 
 from __future__ import annotations
@@ -36,6 +46,7 @@ import json
 import multiprocessing
 import multiprocessing.connection
 import os
+import re
 import signal
 import subprocess
 import tempfile
@@ -54,6 +65,15 @@ EXIT_GRACE_S = 10.0
 CHANNEL = "DEW_CHANNEL"  # a spawned child's environment: "<fd of its end> <the run's pid>"
 ERROR_CHARS = 300  # of the last line a dead child wrote, kept in the error
 POLL_S = 1.0  # how often a wait looks at the child when the kernel has no pidfd for it
+OOM_SCORE_ADJ = 500  # a child's: ended before the run (0) when memory runs out
+# An allocation that failed, as the last line of a child says it (glibc's ENOMEM is 12).
+OUT_OF_MEMORY = re.compile(
+    r"bad_alloc|MemoryError|RESOURCE_EXHAUSTED|Resource exhausted|Cannot allocate memory"
+    r"|out of memory|\bENOMEM\b|mmap error: 12\b",
+    re.IGNORECASE,
+)
+# A stack trace's frame or banner (abseil's, glog's), never the line that says what failed.
+STACK_LINE = re.compile(r"^(@\s|\*\*\* |PC: @)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,7 +122,7 @@ class ChildTimedOut(ChildFailed):
     """Its deadline passed; it has been killed."""
 
     def __init__(self, child: str, phase: str, waiting_for: str, seconds: float):
-        reason = f"timed out after {seconds:.0f} s in {phase}, waiting for {waiting_for}"
+        reason = f"timed out after {seconds:g} s in {phase}, waiting for {waiting_for}"
         super().__init__(child, phase, waiting_for, reason)
         self.seconds = seconds
 
@@ -125,6 +145,40 @@ class ChildExited(ChildFailed):
         self.exit_code, self.last_line = exit_code, last
 
 
+class ChildOutOfMemory(ChildExited):
+    """It died out of memory: the kernel's OOM killer ran meanwhile (it, or a worker of
+    its, got SIGKILL), or an allocation failed."""
+
+    def __init__(self, child, phase, waiting_for, exit_code, last, killer: bool):
+        super().__init__(child, phase, waiting_for, exit_code, last)
+        reason = str(self).removeprefix(f"{child} ")
+        if killer:  # the kernel's OOM killer says so only in its own log
+            note = "the kernel's OOM killer"
+            if exit_code != -signal.SIGKILL:  # a worker of its, or another process
+                note += " ended a process meanwhile"
+            died, colon, said = reason.partition(": ")
+            reason = f"{died} ({note}){colon}{said}"
+        self.args = (f"out of memory in {phase}: {child} {reason}",)
+
+
+def says_out_of_memory(text: str | None) -> bool:
+    """Whether an error line says an allocation failed (OUT_OF_MEMORY)."""
+    return bool(text) and OUT_OF_MEMORY.search(text) is not None
+
+
+def oom_kills() -> int | None:
+    """How many processes the kernel's OOM killer has ended since boot (any memory cgroup
+    included), or None where /proc/vmstat does not say."""
+    try:
+        with open("/proc/vmstat") as counters:
+            for line in counters:
+                if line.startswith("oom_kill "):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
 class UnexpectedMessage(ChildFailed):
     """It sent something else than what was awaited; it has been killed."""
 
@@ -138,6 +192,7 @@ class ToParent:
     def __init__(self, connection: multiprocessing.connection.Connection, run_pid: int):
         self._connection = connection
         exit_with(run_pid)  # a kill -9 of the run ends this process too
+        _first_to_end_out_of_memory()
 
     @classmethod
     def from_environment(cls) -> Self:
@@ -158,6 +213,18 @@ class ToParent:
             return decode(self._connection.recv_bytes(), kinds)
         except (EOFError, OSError, ValueError):
             return None
+
+
+def _first_to_end_out_of_memory() -> None:
+    """Raise this process's oom_score_adj (OOM_SCORE_ADJ; raising it needs no privilege):
+    when memory runs out the kernel ends a child, whose row then fails, not the run."""
+    try:
+        with open("/proc/self/oom_score_adj", "r+") as adj:
+            if int(adj.read() or 0) < OOM_SCORE_ADJ:
+                adj.seek(0)
+                adj.write(str(OOM_SCORE_ADJ))
+    except (OSError, ValueError):  # not Linux, or not allowed: the kernel's own choice
+        pass
 
 
 # --- the parent's end ------------------------------------------------------------------------
@@ -190,6 +257,7 @@ class Child:
     ):
         self.name, self.process, self.log = name, process, log
         self._connection, self._group, self._killed = connection, group, False
+        self._oom_kills = oom_kills()  # the kernel's count at its start
         self._sentinel = getattr(process, "sentinel", None)  # a Process's: readable at its end
         self._pidfd = None
         if self._sentinel is None:
@@ -267,7 +335,17 @@ class Child:
         if closed:  # alive, its channel closed: it can say nothing more
             self.kill()
             code = self.exit_code()
-        return ChildExited(self.name, phase, waiting_for, code, last_line(self.log), closed)
+        last = last_line(self.log)
+        # The OOM killer's SIGKILL looks like any other; the kernel's count tells them apart.
+        killer = not closed and self._oom_killer_ran()
+        if killer or says_out_of_memory(last):
+            return ChildOutOfMemory(self.name, phase, waiting_for, code, last, killer)
+        return ChildExited(self.name, phase, waiting_for, code, last, closed)
+
+    def _oom_killer_ran(self) -> bool:
+        """Whether the kernel's OOM killer ended a process since this child started."""
+        now = oom_kills()
+        return None not in (now, self._oom_kills) and now > self._oom_kills
 
     def finish(self) -> int | None:
         """Its exit status once it has sent its last message (killed when it lingers)."""
@@ -337,7 +415,8 @@ def spawn(name: str, argv: Sequence[str], *, env: Mapping[str, str] | None = Non
 
 
 def last_line(path: str | None) -> str | None:
-    """The last non-empty line of a child's log (the error of a child that died)."""
+    """The last line of a child's log that says something (the error of a child that
+    died): empty lines and a stack trace's frames are passed over."""
     if path is None:
         return None
     try:
@@ -347,4 +426,5 @@ def last_line(path: str | None) -> str | None:
     except OSError:
         return None
     lines = [line.strip() for line in lines if line.strip()]
-    return lines[-1] if lines else None
+    said = [line for line in lines if not STACK_LINE.match(line)]
+    return (said or lines)[-1] if lines else None

@@ -11,16 +11,20 @@ package's own files, copied to static/: nothing is fetched from a network.
 A file under DIRS that is not a valid record is skipped with one line naming it; the site
 is still written. The site is built beside --out and moved into place whole, so a reader
 never sees half a site; an existing --out is replaced only when it is a site this command
-wrote (it holds the marker file), never another directory.
+wrote (it holds the marker file), never another directory. One build at a time writes an
+--out: a second is refused while the first holds it (common.files.one_writer). A write
+that fails (a full disk) leaves the old site in place, in one line.
 
-Exit 0: written; 2: bad input (a DIR that is missing or not a directory, no valid record
-at all, an --out that cannot be written or is another directory).
+Exit 0: written; 1: a write failed; 2: bad input (a DIR that is missing or not a
+directory, no valid record at all, an --out that cannot be written or is another
+directory, or one another build is writing).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -33,7 +37,8 @@ import tyro
 
 from dew.bench.common import cli
 from dew.bench.common.cli import UsageError
-from dew.bench.common.files import atomic_write, check_output_dir
+from dew.bench.common.errors import Interrupted, WriteFailed, faults
+from dew.bench.common.files import atomic_write, check_output_dir, one_writer
 from dew.bench.site import pages
 from dew.bench.site.history import build_series
 from dew.bench.site.records import Loaded, load_all
@@ -149,6 +154,11 @@ def build_site(dirs: Sequence[Path], out: Path) -> Summary:
     """Read, render beside `out`, then swap the new site into place."""
     started = time.perf_counter()
     check_out(out, dirs)
+    with one_writer(out, flag="--out"):
+        return _build(dirs, out, started)
+
+
+def _build(dirs: Sequence[Path], out: Path, started: float) -> Summary:
     loaded = load_all(list(dirs), exclude=out)
     if not loaded.entries:
         where = ", ".join(str(d) for d in dirs)
@@ -160,11 +170,26 @@ def build_site(dirs: Sequence[Path], out: Path) -> Summary:
         summary = render(loaded, staging, dirs)
         os.chmod(staging, 0o755)
         _swap(staging, out)
-    except BaseException:
+    except OSError as error:  # a full disk: the new site goes, the old one stays
         shutil.rmtree(staging, ignore_errors=True)
+        raise WriteFailed(out, _first_error(error), f"{out} is as it was") from None
+    except BaseException as stop:  # an error, or a stop signal: the old site stays too
+        shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(stop, Interrupted):
+            stop.message = f"interrupted; {out} is as it was"
         raise
     summary.out, summary.seconds = out, time.perf_counter() - started
     return summary
+
+
+def _first_error(error: OSError) -> OSError:
+    """copytree gathers its files' errors in one shutil.Error, as text: the first one's,
+    its errno read back from `[Errno 28] No space left on device: '<file>'`."""
+    if isinstance(error, shutil.Error) and error.args and isinstance(error.args[0], list):
+        for _source, _target, why in error.args[0]:
+            found = re.match(r"\[Errno (\d+)\] ([^:]+)", str(why))
+            return OSError(int(found[1]), found[2]) if found else OSError(str(why))
+    return error
 
 
 class NoRecords(UsageError):
@@ -187,7 +212,7 @@ def _swap(staging: Path, out: Path) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    return cli.run(PROG, lambda: _main(cli.parse(Args, argv, prog=PROG)))
+    return faults(PROG, lambda: cli.run(PROG, lambda: _main(cli.parse(Args, argv, prog=PROG))))
 
 
 def _count(n: int, what: str) -> str:

@@ -6,7 +6,9 @@ Parse (tyro, through dew.bench.common.cli) -> the cases (dew.bench.sweep.presets
 that
 concerns the whole run, before any case starts (dew.bench.sweep.preflight) -> the run
 (dew.bench.sweep.run) -> the table (dew.bench.analysis.tables). Exit 0: every case ok; 1: a case
-failed; 2: bad input.
+failed, or the record could not be written; 2: bad input, or a --json-out another run holds
+(one run per record, dew.bench.common.files.one_writer, held from the checks to the end);
+143 / 130: stopped by SIGTERM / SIGINT (dew.bench.common.errors.faults), in one line.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from dew.bench.common import cli
-from dew.bench.common.files import check_output_dir, check_output_file
+from dew.bench.common.errors import faults
+from dew.bench.common.files import check_output_dir, check_output_file, one_writer
 from dew.bench.runtime import hostprobe
 from dew.bench.sweep import allocator, presets
 from dew.bench.sweep.settings import CACHE_OFF, Options, append_xla_flags
@@ -61,6 +64,11 @@ def options_from(args: Args) -> tuple[Options, tuple[presets.Case, ...]]:
     check_repeats(args)
     if args.warmup < 0:
         raise cli.UsageError(f"--warmup must be at least 0 (got {args.warmup})")
+    if args.case_timeout is not None and not 0 < args.case_timeout < float("inf"):  # NaN too
+        raise cli.UsageError(
+            f"--case-timeout {args.case_timeout:g} is not a number of seconds; give one above "
+            "0, or leave it out for deadlines per phase (30 min to compile, 10 min to time)"
+        )
     if args.compile_jobs is not None and args.compile_jobs < 1:
         raise cli.UsageError(
             f"--compile-jobs {args.compile_jobs} is not a number of parallel compiles; "
@@ -199,10 +207,11 @@ def log(line: str) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """The CLI: parse, check, run every case, print the table; returns the exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    return cli.run(PROG, lambda: _main(argv))
+    with contextlib.ExitStack() as held:  # the record's lock, released however the run ends
+        return faults(PROG, lambda: cli.run(PROG, lambda: _main(argv, held)))
 
 
-def _main(argv: list[str]) -> int:
+def _main(argv: list[str], held: contextlib.ExitStack) -> int:
     from dew.bench.analysis import tables as report
     from dew.bench.runtime.idle import HostNotIdle
     from dew.bench.runtime.progress import Progress
@@ -219,6 +228,8 @@ def _main(argv: list[str]) -> int:
         in_cluster = distributed.detect() is not None
     except distributed.DistributedSetupError as error:
         raise cli.UsageError(str(error)) from None
+    if not in_cluster:  # one run per record; in a cluster process 0 locks it once joined
+        held.enter_context(one_writer(args.json_out, flag="--json-out"))
     platform = None  # a cluster's devices are known only once it is joined
     if not in_cluster:
         devices, warnings = preflight.prepare_environment(options, cases, log)
@@ -241,6 +252,8 @@ def _main(argv: list[str]) -> int:
     for line in warnings:
         log(f"warning: {line}")
     leader = distributed.process_index() == 0
+    if in_cluster and leader:
+        held.enter_context(one_writer(args.json_out, flag="--json-out"))
     # Only process 0 of a multi-process run draws; the others write nothing.
     progress = Progress([case.label() for case in cases]) if leader else None
     try:
@@ -259,6 +272,11 @@ def _main(argv: list[str]) -> int:
     except HostNotIdle as refusal:  # its text begins "error: ", which say() writes itself
         cli.say(PROG, str(refusal).removeprefix("error: "))
         return cli.EXIT_CHANGED
+    except step.RecordNotWritten as failure:  # what the record could not take: on stdout
+        print(
+            report.step_table(failure.rows, args.format, compile_only=options.compile_only), end=""
+        )
+        raise
     if leader:  # process 0 prints the table for the run
         rows = [row for row in record.rows if row.key() in {case.key() for case in cases}]
         print(report.step_table(rows, args.format, compile_only=options.compile_only), end="")

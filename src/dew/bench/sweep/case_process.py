@@ -17,10 +17,13 @@ the job with its start; it builds, compiles and initialises the case, sends what
 then (Compiled: so a child that dies later still reports its params and GFLOP) and waits;
 the parent sends Go when the case's turn to be timed has come (dew.bench.sweep.waves
 compiles several at once and times one at a time); the child times it and sends its row
-(Finished). Every wait of the parent has a deadline (COMPILE_S from the child's start,
-TIMED_S from its Go): a child past it is killed and its row fails, "timed out after N s in
-compile" (or timing), and the sweep goes on. The child's stdout and stderr go to a file:
-the last line there is the error of a row whose process died.
+(Finished). Every wait of the parent has a deadline (dew.bench.sweep.settings
+.case_deadlines: --case-timeout, or 30 min from the child's start to compile, 10 min per
+100 steps from its Go to time): a child past it is killed and its row fails, "timed out
+after N s in compile" (or timing), and the sweep goes on; `--resume` runs it again. The
+child's stdout and stderr go to a file: the last line there is the error of a row whose
+process died ("out of memory: ..." when the kernel's OOM killer ended it or an allocation
+failed, dew.bench.runtime.protocol).
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from dew.bench.runtime import protocol
 from dew.bench.runtime.phases import PhaseClock
 from dew.bench.sweep.case_run import make_row, run_case
 from dew.bench.sweep.presets import Case
-from dew.bench.sweep.settings import Options, append_xla_flags
+from dew.bench.sweep.settings import Options, append_xla_flags, case_deadlines
 
 PRELOAD = ("dew.train.trainer", "dew.bench.sweep.case_process")  # what the server imports once
 NAME = "the case's process"  # in its row's error
@@ -117,7 +120,7 @@ class CaseProcess:
     A child that dies at any point is a failed row, with what it reported before (params,
     GFLOP, compile s) and the last line it wrote. So is one past its deadline, killed:
     `compile_s` from its start until compiled, `timed_s` from its turn until its row
-    (dew.bench.runtime.protocol: COMPILE_S, TIMED_S).
+    (default: the options' case_deadlines).
     """
 
     def __init__(
@@ -125,9 +128,12 @@ class CaseProcess:
         case: Case,
         options: Options,
         *,
-        compile_s: float = protocol.COMPILE_S,
-        timed_s: float = protocol.TIMED_S,
+        compile_s: float | None = None,
+        timed_s: float | None = None,
     ):
+        default_compile_s, default_timed_s = case_deadlines(options)
+        compile_s = default_compile_s if compile_s is None else compile_s
+        timed_s = default_timed_s if timed_s is None else timed_s
         self.case = case
         self.compiled: dict[str, Any] = {}
         self.row: StepRow | None = None

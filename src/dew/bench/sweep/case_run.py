@@ -32,9 +32,11 @@ from dew.bench.common.cli import one_line
 from dew.bench.common.units import GIB
 from dew.bench.record.schema import GpuTelemetry, GpuWindow, StepRepeat, StepRow
 from dew.bench.runtime.phases import PhaseClock
+from dew.bench.runtime.protocol import says_out_of_memory
 from dew.bench.sweep.presets import Case
 from dew.bench.sweep.settings import CACHE_OFF, Options
 from dew.bench.sweep.timing import block, percentiles, time_steps
+from dew.train import cache_damage
 
 LM_OBJECTIVES = ("lm", "block_diffusion")  # cases whose samples are token sequences
 PROFILE_STEPS = 3  # extra steps traced with --profile-dir, after the timed windows
@@ -378,19 +380,33 @@ def run_case(
     """
     figures = Figures()
     clock = clock or PhaseClock()
-    try:
-        prepared = prepare(case, options, figures, clock)
-        if on_compiled is not None:
-            on_compiled(figures.fields())
-        if not options.compile_only:
-            repeat = measure(prepared, options, figures, clock)
-            repeat.phases = list(clock.phases)
-    except Exception as error:
-        return figures.row(case, status="failed", error=one_line(error))
+    error = None
+    with cache_damage.watch() as damaged:  # a damaged cache entry: recompiled, said
+        try:
+            prepared = prepare(case, options, figures, clock)
+            if on_compiled is not None:
+                on_compiled(figures.fields())
+            if not options.compile_only:
+                repeat = measure(prepared, options, figures, clock)
+                repeat.phases = list(clock.phases)
+        except Exception as failed:
+            error = failure(failed)
+    figures.note = "; ".join(filter(None, [figures.note, *damaged])) or None
+    if error is not None:
+        return figures.row(case, status="failed", error=error)
     refused = gpu_verdict(figures.gpu)
     if refused:
         return figures.row(case, status="failed", error=refused)
     return figures.row(case, status="ok")
+
+
+def failure(error: Exception) -> str:
+    """A failed case's error in one line; "out of memory: " first when an allocation
+    failed (host or device: MemoryError, XLA's RESOURCE_EXHAUSTED, std::bad_alloc)."""
+    line = one_line(error)
+    if isinstance(error, MemoryError) or says_out_of_memory(line):
+        return f"out of memory: {line}"
+    return line
 
 
 def make_row(case: Case, figures: Figures | Mapping[str, Any], **status: Any) -> StepRow:

@@ -9,18 +9,25 @@ every row, so a crash or a `kill -9` loses at most the case that was running.
 an `ok` row is reused only when the record was measured with the same settings and on the
 same environment (device, code, packages, flags), otherwise the run is refused, naming
 the difference, rather than mixing rows measured two ways under one header.
+
+A run that cannot go on stops cleanly, its children and the forkserver ended first
+(`stopping`): a write that fails raises RecordNotWritten (the record as it was before that
+write, the row's figures for stdout, no further case started); a stop signal
+(common.errors.Interrupted) leaves with the line saying how many cases the record keeps.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from dew.bench.analysis.repeats import merge_step, with_host_readings
 from dew.bench.common.cli import UsageError, one_line
+from dew.bench.common.errors import Interrupted, WriteFailed
 from dew.bench.record.schema import (
     SCHEMA_VERSION,
     BenchmarkRun,
@@ -162,60 +169,69 @@ def run(
         repeats = options.max_repeats if auto else options.repeats
     total = len(cases) * repeats
     stopped: dict[tuple, str] = {}  # --repeats auto: the cases done, and why
-    for round_index in range(repeats):
-        if auto:
-            stop_done_cases(cases, rows, stopped, options, environment, log if leader else None)
-            if len(stopped) == len(cases):
-                break
-        busy = round_busy(idle_check, round_index, options, first=idle)
-        # The host's speed (dew.bench.runtime.hostprobe), read again before each wave is timed.
-        probe: dict[str, float | None] = {"ms": None}
+    finished = [0]  # the (round, case) runs done, those the record already held included
+    said = interrupted_line(finished, len(cases), repeats, json_out, auto=auto)
+    with stopping(said):
+        for round_index in range(repeats):
+            if auto:
+                stop_done_cases(cases, rows, stopped, options, environment, log if leader else None)
+                if len(stopped) == len(cases):
+                    break
+            busy = round_busy(idle_check, round_index, options, first=idle)
+            # The host's speed (dew.bench.runtime.hostprobe), read again before each wave is timed.
+            probe: dict[str, float | None] = {"ms": None}
 
-        def read_probe(probe=probe) -> None:
-            probe["ms"] = None if options.compile_only else hostprobe.measure()
+            def read_probe(probe=probe) -> None:
+                probe["ms"] = None if options.compile_only else hostprobe.measure()
 
-        todo = []  # (position in cases, case): what this round measures
-        for position, case in enumerate(cases):
-            done = _find(rows, case.key())
-            if done is not None and done.status == "ok" and measured(done) > round_index:
-                if leader and round_index == 0:
-                    log(f"[{position + 1}/{total}] {case.label()}: ok in {json_out}, kept")
-                continue
-            if case.key() in stopped:
-                continue
-            todo.append((position, case))
+            todo = []  # (position in cases, case): what this round measures
+            for position, case in enumerate(cases):
+                done = _find(rows, case.key())
+                if done is not None and done.status == "ok" and measured(done) > round_index:
+                    finished[0] += 1
+                    if leader and round_index == 0:
+                        log(f"[{position + 1}/{total}] {case.label()}: ok in {json_out}, kept")
+                    continue
+                if case.key() in stopped:
+                    continue
+                todo.append((position, case))
 
-        def on_row(position, case, row, seconds, busy=busy, probe=probe, round_index=round_index):
-            index = position + 1
-            row = merge_step(_find(rows, case.key()), with_host_readings(row, busy, probe["ms"]))
-            _put(rows, row)
-            if processes > 1:  # a run cut short by a dead process must not read as complete
-                partial = multihost.PARTIAL_NOTE.format(done=index, total=len(cases))
-                record["note"] = None if index == len(cases) else partial
-            if json_out and leader:  # on disk before anything else can go wrong
-                write_run(json_out, record)
-            if leader:
-                counter = f"[{round_index * len(cases) + index}/{total}]"
-                line = progress_line(counter, row, seconds, round_index)
-                if progress is not None:
-                    progress.finish(position, line, ok=row.status == "ok")
-                else:
-                    log(line)
+            def on_row(
+                position, case, row, seconds, busy=busy, probe=probe, round_index=round_index
+            ):
+                index = position + 1
+                row = merge_step(
+                    _find(rows, case.key()), with_host_readings(row, busy, probe["ms"])
+                )
+                _put(rows, row)
+                if processes > 1:  # a run cut short by a dead process must not read as complete
+                    partial = multihost.PARTIAL_NOTE.format(done=index, total=len(cases))
+                    record["note"] = None if index == len(cases) else partial
+                if json_out and leader:  # on disk before anything else can go wrong
+                    write_record(json_out, record, row)
+                finished[0] += 1
+                if leader:
+                    counter = f"[{round_index * len(cases) + index}/{total}]"
+                    line = progress_line(counter, row, seconds, round_index)
+                    if progress is not None:
+                        progress.finish(position, line, ok=row.status == "ok")
+                    else:
+                        log(line)
 
-        if options.isolate:
-            from dew.bench.sweep import waves
+            if options.isolate:
+                from dew.bench.sweep import waves
 
-            jobs = options.compile_jobs or 1
-            waves.run_round(todo, options, jobs, on_row, progress, before_timing=read_probe)
-        else:
-            read_probe()
-            for position, case in todo:
-                if progress is not None:
-                    progress.stage("run", [position])
-                    progress.set(position, "compiling and timing")
-                start = time.perf_counter()
-                row = _measure_in_process(case, options, processes, position + 1, round_index)
-                on_row(position, case, row, time.perf_counter() - start)
+                jobs = options.compile_jobs or 1
+                waves.run_round(todo, options, jobs, on_row, progress, before_timing=read_probe)
+            else:
+                read_probe()
+                for position, case in todo:
+                    if progress is not None:
+                        progress.stage("run", [position])
+                        progress.set(position, "compiling and timing")
+                    start = time.perf_counter()
+                    row = _measure_in_process(case, options, processes, position + 1, round_index)
+                    on_row(position, case, row, time.perf_counter() - start)
     if auto:
         for case in cases:
             stopped.setdefault(case.key(), f"reached --max-repeats {repeats}")
@@ -227,8 +243,91 @@ def run(
                     row.model_copy(update={"warnings": [*row.warnings, f"repeats auto: {why}"]}),
                 )
         if json_out and leader:
-            write_run(json_out, record)
+            write_record(json_out, record, None)
     return BenchmarkRun.model_validate(record)
+
+
+# --- stopping: a write that fails, a stop signal -------------------------------------------
+
+
+class RecordNotWritten(WriteFailed):
+    """The record could not take a row (or the last write of --repeats auto): `rows` are
+    the figures it could not take, for the table on stdout."""
+
+    def __init__(self, path: str, error: OSError, rows: list[StepRow], kept: str):
+        super().__init__(path, error, kept)
+        self.rows = rows
+
+
+def write_record(json_out: str, record: dict[str, Any], row: StepRow | None) -> None:
+    """The whole record, atomically; a write that fails (a full disk, a quota, an I/O
+    error) leaves the file as it was and raises RecordNotWritten with the row's figures."""
+    existed = _exists(json_out)
+    try:
+        write_run(json_out, record)
+    except OSError as error:
+        if row is None:  # --repeats auto's last write: every row is in the record already
+            rows = list(record["rows"])
+            kept = "the record keeps every row, without why each stopped; the table is on stdout"
+        else:
+            rows, which = [row], f"{row.label()} batch {row.batch}"
+            kept = f"the record keeps the rows before {which}" if existed else "no record"
+            kept += "; its figures are on stdout; no further case started"
+        raise RecordNotWritten(json_out, error, rows, kept) from None
+
+
+def interrupted_line(
+    finished: list[int], cases: int, repeats: int, json_out: str | None, *, auto: bool
+) -> Callable[[], str]:
+    """The line a stop signal ends the run with, read when it comes: how many case runs
+    the record keeps and how to go on."""
+
+    def line() -> str:
+        if repeats == 1:
+            done = f"{finished[0]} of {cases} cases finished"
+        else:
+            most = "at most " if auto else ""
+            done = (
+                f"{finished[0]} of {most}{cases * repeats} case repeats finished "
+                f"({cases} cases x {most}{repeats})"
+            )
+        if json_out is None:
+            return f"interrupted: {done}; no --json-out, so no record keeps them"
+        if not _exists(json_out):
+            return f"interrupted: {done}; no record written"
+        return f"interrupted: {done}; the record keeps them; --resume continues"
+
+    return line
+
+
+@contextlib.contextmanager
+def stopping(line: Callable[[], str]) -> Iterator[None]:
+    """Whatever ends the rounds early ends every case's process and the forkserver first;
+    a stop signal (Interrupted) leaves with `line()`."""
+    try:
+        yield
+    except BaseException as stop:
+        end_case_processes()
+        if isinstance(stop, Interrupted):
+            stop.message = line()
+        raise
+
+
+def end_case_processes() -> None:
+    """Kill every case's process, then stop the forkserver. The waves kill the children
+    they hold, but not the one being timed when a signal comes; and the server, which
+    waits for its children (a stopped one for ever), would hold this process's exit."""
+    if "dew.bench.sweep.case_process" not in sys.modules:  # --no-isolate: no server
+        return
+    from multiprocessing import forkserver
+
+    from dew.bench.runtime.lifeline import end_descendants
+    from dew.bench.sweep.case_process import stop_forkserver
+
+    server = forkserver._forkserver._forkserver_pid  # as case_process reaches it: pinned
+    if server is not None:
+        end_descendants(server)
+    stop_forkserver()
 
 
 def stop_done_cases(

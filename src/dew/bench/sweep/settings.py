@@ -21,6 +21,7 @@ CACHE_OFF = "off"  # --compilation-cache-dir off: compile every case from scratc
 # What a row's figures depend on: --resume reuses a row only when all of these match.
 MEASURED_WITH = ("preset", "steps", "warmup", "dtype", "mesh", "compile_only", "xla_flags")
 MEASURED_WITH += ("attention_impl",)
+TIMED_STEPS = 100  # the steps a case's timing deadline (TIMED_S) covers; more get more
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +66,10 @@ class Options:
     """attention implementation for every case that does not set its own"""
     profile_dir: str | None = None
     """write a jax.profiler trace of a few extra steps per case here"""
+    case_timeout: float | None = None
+    """seconds each phase of a case's process may take (its compile, its timing) before it
+    is killed and its row fails; default: 30 min to compile (more with more compile jobs
+    than cores), 10 min per 100 steps to time (dew.bench.sweep.settings.case_deadlines)"""
     gpu_check: Literal["error", "warn", "off"] = "warn"
     """NVIDIA GPUs: read clocks, temperature, power and energy in a synced window after the
     timed ones; a card that slowed itself down (thermal, hardware or power-brake slowdown)
@@ -74,6 +79,29 @@ class Options:
     def repeated(self) -> bool:
         """Whether a case runs in more than one process (--repeats N > 1 or auto)."""
         return self.repeats == "auto" or self.repeats > 1
+
+
+def case_deadlines(options: Options) -> tuple[float, float]:
+    """(compile, timing): the seconds a case's process may take in each phase before it is
+    killed and its row fails (dew.bench.runtime.protocol). --case-timeout sets both;
+    otherwise each is generous for any device, so that a hung case ends and a real one is
+    never cut:
+
+        compile   COMPILE_S (30 min) from the process's start until compiled and
+                  initialised, times the compile jobs per core when they outnumber the
+                  cores (they share them); the slowest compile recorded is 73 s (CPU,
+                  cpu-smoke), 50.4 s on a GPU (RTX 4080, small): XLA compiles on the host
+                  on every device, a GPU's adding its autotuning
+        timing    TIMED_S (10 min) per 100 steps (the steps run three times: the dispatch,
+                  synced and GPU windows), at least TIMED_S
+    """
+    from dew.bench.runtime import hostprobe, protocol
+
+    if options.case_timeout is not None:
+        return options.case_timeout, options.case_timeout
+    shared = max(1.0, (options.compile_jobs or 1) / hostprobe.cores())
+    per_steps = max(1.0, options.steps / TIMED_STEPS)
+    return protocol.COMPILE_S * shared, protocol.TIMED_S * per_steps
 
 
 def settings_record(options: Options, cases: Sequence[Case]) -> Settings:

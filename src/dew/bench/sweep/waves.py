@@ -76,7 +76,8 @@ def run_round(
                 progress.set(index, "timing")
                 start = time.perf_counter()
                 row = child.go()
-                on_row(index, case, row, compile_seconds + time.perf_counter() - start)
+                seconds = compile_seconds + time.perf_counter() - start
+                _report(on_row, progress, index, case, row, seconds)
     finally:  # an error or Ctrl-C: no child outlives the round
         for *_, child, _ in waiting:
             child.kill()
@@ -134,12 +135,22 @@ def _compile_stage(
                         progress.finish(index, None)  # its compile stage is over
                         ready.append((index, case, child, seconds))
                     else:  # it ended before its turn: a failed row (or a compile-only one)
-                        on_row(index, case, child.go(), seconds)
+                        _report(on_row, progress, index, case, child.go(), seconds)
         except BaseException:
             for *_, child, _ in [*ready, *running.values()]:
                 child.kill()
             raise
     return sorted(ready, key=lambda item: item[0])
+
+
+def _report(
+    on_row: OnRow, progress: SilentProgress, index: int, case: Case, row: StepRow, seconds: float
+) -> None:
+    """A row to `on_row`, then its note to the log (a damaged compilation cache entry
+    recompiled, a final loss that is not finite): the record keeps it too."""
+    on_row(index, case, row, seconds)
+    if row.note:
+        progress.note(f"warning: {case.label()}: {row.note}")
 
 
 def _room_for_another(waiting: Sequence[CaseProcess]) -> bool:
