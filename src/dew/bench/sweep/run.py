@@ -19,6 +19,8 @@ write, the row's figures for stdout, no further case started); a stop signal
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -314,9 +316,11 @@ def stopping(line: Callable[[], str]) -> Iterator[None]:
 
 
 def end_case_processes() -> None:
-    """Kill every case's process, then stop the forkserver. The waves kill the children
-    they hold, but not the one being timed when a signal comes; and the server, which
-    waits for its children (a stopped one for ever), would hold this process's exit."""
+    """Kill every case's process and the forkserver, then let multiprocessing tidy up. The
+    waves kill the children they hold, but not the one being timed when a signal comes;
+    the server waits for its children (a stopped one for ever), and a fork it was asked
+    for before the signal can land after its children were killed: so the server is
+    killed too. A child forked in that moment ends with this process (runtime.lifeline)."""
     if "dew.bench.sweep.case_process" not in sys.modules:  # --no-isolate: no server
         return
     from multiprocessing import forkserver
@@ -327,7 +331,9 @@ def end_case_processes() -> None:
     server = forkserver._forkserver._forkserver_pid  # as case_process reaches it: pinned
     if server is not None:
         end_descendants(server)
-    stop_forkserver()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(server, signal.SIGKILL)
+    stop_forkserver()  # reaps the server and removes its socket
 
 
 def stop_done_cases(
