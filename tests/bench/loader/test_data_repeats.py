@@ -9,8 +9,8 @@ import sys
 import threading
 import time
 
-import psutil
 import pytest
+from infra.processes import gone
 
 from dew.bench.loader import benchmark_data as data
 from dew.bench.loader import measure
@@ -163,18 +163,11 @@ def test_a_child_past_its_deadline_is_killed_with_its_workers_and_one_line(
     )
     assert not out.exists()
     child, worker = (int(pid) for pid in pids.read_text().split())
-    assert _gone(child)  # reaped
+    assert gone(child)  # reaped
     waited = time.monotonic() + 10  # a SIGKILL to its group reaches the worker soon after
-    while not _gone(worker) and time.monotonic() < waited:
+    while not gone(worker) and time.monotonic() < waited:
         time.sleep(0.05)
-    assert _gone(worker), "the repeat's worker outlived it"
-
-
-def _gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
+    assert gone(worker), "the repeat's worker outlived it"
 
 
 def test_a_repeat_has_a_deadline_by_default():

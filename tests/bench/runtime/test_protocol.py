@@ -15,8 +15,8 @@ import threading
 import time
 from pathlib import Path
 
-import psutil
 import pytest
+from infra.processes import gone
 
 from dew.bench.common.cli import UsageError
 from dew.bench.runtime import protocol
@@ -69,21 +69,6 @@ def start(body: str, *args: str) -> Child:
     return spawn("the test child", [sys.executable, "-c", PRELUDE + body, *args])
 
 
-def gone(pid: int, within_s: float = 10) -> bool:
-    """Whether `pid` has ended (a zombie counts), waiting up to `within_s` for a SIGKILL to
-    land."""
-    waited = time.monotonic() + within_s
-    while True:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        if time.monotonic() > waited:
-            return False
-        time.sleep(0.05)
-
-
 @pytest.fixture
 def watchdog():
     """Kill a given pid after 60 s: a deadline that does not work fails a test (a death,
@@ -129,7 +114,7 @@ def test_a_message_of_another_kind_kills_the_child():
         assert str(raised.value) == (
             "the test child sent a 'Other' message in testing, waiting for Hello"
         )
-        assert gone(child.pid)
+        assert gone(child.pid, within_s=10)
 
 
 # --- deadlines -----------------------------------------------------------------------------
@@ -164,7 +149,7 @@ def test_a_child_past_its_deadline_is_killed_with_its_process_group(tmp_path, wa
             2,
         )
         assert child.exit_code() == -signal.SIGKILL  # killed and reaped
-        assert gone(int(pids.read_text())), "its worker outlived it"
+        assert gone(int(pids.read_text()), within_s=10), "its worker outlived it"
 
 
 def test_one_deadline_spans_several_receives(watchdog):
@@ -305,7 +290,7 @@ def test_a_device_probe_past_its_deadline_is_killed_and_one_line(monkeypatch):
     monkeypatch.setattr(preflight.protocol, "spawn", recording_spawn)
     with pytest.raises(UsageError, match="^JAX did not start within 2 s$"):
         preflight.probe_devices(dict(os.environ), timeout_s=2)
-    assert gone(started[0].pid)
+    assert gone(started[0].pid, within_s=10)
 
 
 def test_a_child_started_by_hand_is_one_line():

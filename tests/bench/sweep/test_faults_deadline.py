@@ -17,6 +17,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from infra.processes import gone
 
 from dew.bench.record.schema import read_run
 from dew.bench.runtime import hostprobe, protocol
@@ -78,20 +79,6 @@ def _descendants(pid: int) -> list[psutil.Process]:
         return []
 
 
-def _gone(pid: int, within_s: float = 10.0) -> bool:
-    """Whether `pid` has ended (a zombie counts), waiting up to `within_s` for it."""
-    waited = time.monotonic() + within_s
-    while True:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        if time.monotonic() > waited:
-            return False
-        time.sleep(0.1)
-
-
 @pytest.mark.slow  # a real compile stopped, 20 s of deadline, then --resume compiles again
 def test_a_case_stopped_in_its_compile_fails_at_its_case_timeout_and_resume_runs_it(tmp_path):
     out = tmp_path / "run.json"
@@ -125,7 +112,9 @@ def test_a_case_stopped_in_its_compile_fails_at_its_case_timeout_and_resume_runs
     assert 0 < after_stop < 20 + 10  # at its deadline (from its start), not after
     assert read_run(out).settings.options["case_timeout"] == 20.0
     assert seen["oom_score_adj"].strip() == str(protocol.OOM_SCORE_ADJ)
-    assert _gone(seen["case"]) and _gone(seen["server"]), "a process of the run outlived it"
+    assert gone(seen["case"], within_s=10) and gone(seen["server"], within_s=10), (
+        "a process of the run outlived it"
+    )
 
     # --resume runs the failed row again, this time to the end.
     again = subprocess.run(

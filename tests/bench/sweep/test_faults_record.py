@@ -16,6 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 from infra import full_disk
+from infra.processes import gone
 
 from dew.bench.record.schema import StepRow, read_run
 from dew.bench.sweep import run as step
@@ -38,13 +39,6 @@ def _rows(path: Path) -> list[StepRow]:
         return read_run(path).rows
     except (OSError, ValueError):  # not there yet
         return []
-
-
-def _gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 # --- a write that fails ----------------------------------------------------------------------
@@ -208,7 +202,7 @@ def test_a_stop_signal_ends_every_process_and_the_record_keeps_the_finished_row(
     (row,) = read_run(out).rows  # valid, with the finished row
     assert (row.batch, row.status) == (8, "ok")
     deadline = time.monotonic() + 10
-    while not all(_gone(pid) for pid in tree) and time.monotonic() < deadline:
+    while not all(gone(pid) for pid in tree) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert [pid for pid in tree if not _gone(pid)] == []
+    assert [pid for pid in tree if not gone(pid)] == []
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.json"]  # no lock, no temporary

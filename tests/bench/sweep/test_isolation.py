@@ -13,6 +13,7 @@ import time
 
 import psutil
 import pytest
+from infra.processes import gone
 
 # The run: one case's child started, its pid printed, then nothing until it is killed.
 RUN = """
@@ -28,28 +29,21 @@ time.sleep(600)
 """
 
 
-def _gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
 def test_a_killed_run_leaves_neither_its_case_process_nor_the_server():
     run = subprocess.Popen([sys.executable, "-c", RUN], stdout=subprocess.PIPE, text=True)
     try:
         child = int(run.stdout.readline())
         server = psutil.Process(child).ppid()
         assert server != run.pid and psutil.Process(server).ppid() == run.pid
-        assert not _gone(child)  # compiling its case
+        assert not gone(child)  # compiling its case
     finally:
         run.kill()
         run.wait()
     deadline = time.monotonic() + 30
-    while not (_gone(child) and _gone(server)) and time.monotonic() < deadline:
+    while not (gone(child) and gone(server)) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _gone(child), "the case's process outlived the run"
-    assert _gone(server), "the forkserver outlived the run"
+    assert gone(child), "the case's process outlived the run"
+    assert gone(server), "the forkserver outlived the run"
 
 
 # --- deadlines and deaths (dew.bench.runtime.protocol): a failed row each, the sweep goes on --
@@ -93,7 +87,7 @@ def test_a_case_stopped_in_its_compile_is_killed_at_its_deadline_and_its_row_fai
     assert row.error == (
         "the case's process timed out after 3 s in compile, waiting for its compiled step"
     )
-    assert _gone(child.pid), "the timed-out case's process lives on"
+    assert gone(child.pid), "the timed-out case's process lives on"
 
 
 def test_a_case_past_its_timed_deadline_or_dead_keeps_what_it_compiled(cache):
@@ -112,7 +106,7 @@ def test_a_case_past_its_timed_deadline_or_dead_keeps_what_it_compiled(cache):
         watchdog.cancel()
         assert row.status == "failed" and row.params and row.gflop_per_step
         assert row.error == "the case's process timed out after 2 s in timing, waiting for its row"
-        assert _gone(stopped.pid)
+        assert gone(stopped.pid)
         row = killed.go()
         assert row.status == "failed" and row.params
         assert row.error.startswith("the case's process died of SIGKILL"), row.error
