@@ -30,7 +30,7 @@ from typing import Annotated
 import numpy as np
 import tyro
 
-from dew.bench.analysis.stats import Noise
+from dew.bench.analysis.stats import INTERLEAVED, Noise
 from dew.bench.common import cli, files
 from dew.bench.common.files import REPO_ROOT
 from dew.bench.record.schema import BenchmarkRun
@@ -39,7 +39,6 @@ from dew.bench.record.validate import load
 
 PROG = "python -m dew.bench.analysis.noise"
 TABLE = REPO_ROOT / "results" / "noise.json"
-INTERLEAVED = Noise(0.0, 0.0, math.inf, "interleaved rounds: the run level cancels")
 
 
 def device_kind(record: BenchmarkRun) -> str | None:

@@ -68,6 +68,10 @@ class Noise:
     source: str
 
 
+# Two sides measured round by round on one host (nox -s ab): the run level cancels.
+INTERLEAVED = Noise(0.0, 0.0, math.inf, "interleaved rounds: the run level cancels")
+
+
 # --- one side -------------------------------------------------------------------------------
 
 
@@ -401,8 +405,7 @@ class Paired:
         """The change these rounds' spread could have called (as `Detectable`, one side
         being the per-round log ratios: var·(1/n + 1/inf))."""
         var = self.se**2 * self.rounds
-        paired_noise = Noise(0.0, 0.0, math.inf, "interleaved rounds")
-        return Detectable(var, self.rounds - 1.0, (self.rounds, math.inf), paired_noise,
+        return Detectable(var, self.rounds - 1.0, (self.rounds, math.inf), INTERLEAVED,
                           tests, band, alpha, paired=True)  # fmt: skip
 
 
