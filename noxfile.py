@@ -48,12 +48,14 @@ def load(name: str, path: pathlib.Path):
 sys.path.insert(0, str(ROOT / "src"))
 load("dew_docker", ROOT / "docker")
 from dew_docker import base as bases  # noqa: E402
+from dew_docker import bench_gpu as gpu_bench  # noqa: E402
 from dew_docker import benchmarks as bench  # noqa: E402
 from dew_docker import engine as containers  # noqa: E402
 from dew_docker import reproduce as replay  # noqa: E402
+from dew_docker import smoke  # noqa: E402
 from dew_docker import stacks as stack_images  # noqa: E402
 from dew_docker.ab import parse_ab, resolve_side, run_rounds  # noqa: E402
-from dew_docker.gpu import gpu_preflight, gpu_visible_in_image  # noqa: E402
+from dew_docker.gpu import gpu_visible_in_image  # noqa: E402
 from dew_docker.runner import Runner, new_run_dir  # noqa: E402
 
 from dew.bench.common.files import atomic_write  # noqa: E402  (dew's one atomic writer)
@@ -182,34 +184,30 @@ def cpu_smoke(session: nox.Session) -> None:
     `-- [--base-image REF] [benchmark_step.py flags]`; DEW_ENGINE=docker|podman|none.
     """
     args = list(session.posargs)
-    requested_base = bench.pop_option(args, "--base-image", os.environ.get("DEW_BASE_IMAGE"))
-    engine = bench.choose_engine(session)
-    base = bench.resolve_base(session, engine, requested_base) if engine else None
+    engine, base = smoke.engine_and_base(session, args)
     if engine is None or base is None:
-        why = (
-            "DEW_ENGINE=none"
-            if engine is None and os.environ.get("DEW_ENGINE")
-            else ("no container engine answers" if engine is None else "no base image can be had")
-        )
+        why = smoke.no_image_reason(engine)
         session.log(f"{why}: running in a nox venv from locks/dev.txt (container: null)")
         install_locked(session)
         runner = Runner(session)
     else:
         runner = Runner(session, engine, bench.build_image(session, engine, "cpu", base))
-    run_dir = new_run_dir("cpu-smoke", "cpu")
-    smoke = ["--steps", "2", "--idle-check", "warn", *args]
-    bench.step_benchmark(runner, run_dir, "cpu-smoke", smoke, bench.SMOKE_ENV)
-    # Then the loader at the smoke models' image size, in process and with 2 workers,
-    # against the rows just written, on a synthetic set in the real format (ArrayRecord
-    # shards of JPEG Examples; the in-memory source would time a JPEG encode per record).
-    data_dir = run_dir / "synthetic-data"
-    runner.python("tools/prepare_dataset.py", "--synthetic", "512", "--out", runner.path(data_dir))
-    synthetic = ["data:synthetic-images", "--data.path", runner.path(data_dir)]
-    bench.loader_benchmark(
-        runner, run_dir, synthetic, image_size=bench.SMOKE_IMAGE_SIZE, workers=(0, 2),
-        against=run_dir / "step.json",
-    )  # fmt: skip
-    shutil.rmtree(data_dir)
+    smoke.smoke(runner, new_run_dir("cpu-smoke", "cpu"), args)
+
+
+@nox.session(name="cuda-smoke", python=False)
+def cuda_smoke(session: nox.Session) -> None:
+    """The CUDA image proven without a GPU: built from its lock (on the offline base where
+    no registry answers), then cpu-smoke inside it with JAX_PLATFORMS=cpu on three
+    architectures, the loader and validate; the record must name the image and its CUDA wheels.
+
+    `-- [cuda12|cuda13] [--base-image REF] [benchmark_step.py flags]` (default cuda13).
+    """
+    variant, args = smoke.cuda_arguments(session.posargs)
+    engine, image = smoke.cuda_image(session, variant, args)
+    run_dir = new_run_dir("cuda-smoke", variant)
+    smoke.smoke(Runner(session, engine, image), run_dir, args)
+    smoke.verify_cuda_record(session, run_dir / "step.json", image)
 
 
 @nox.session(name="multihost-smoke", python=PYTHON)
@@ -276,36 +274,13 @@ def slurm_smoke(session: nox.Session) -> None:
 def bench_gpu(session: nox.Session) -> None:
     """The small preset on the GPU, one process per architecture, in the CUDA image.
 
+    The host's checks (the NVIDIA toolkit or CDI spec too) before the build, the GPU seen in
+    the image, the step benchmark (3 repeats, each a fresh compile), the loader, compare.
+
     `-- [--variant cuda13|cuda12] [--base-image REF] [--data.path DIR] [benchmark_step flags]`
     The comparison with the published record runs in the session's venv (locks/dev.txt).
     """
-    args = list(session.posargs)
-    variant = bench.pop_option(args, "--variant", "cuda13")
-    requested_base = bench.pop_option(args, "--base-image", os.environ.get("DEW_BASE_IMAGE"))
-    data_path = bench.pop_option(args, "--data.path")
-    if data_path and not pathlib.Path(data_path).is_dir():
-        session.error(f"--data.path {data_path} is not a directory")
-    engine, gpu_name = gpu_preflight(session, variant)
-    base = bench.resolve_base(session, engine, requested_base)
-    if base is None:
-        session.error(f"no base image: pull {bases.DEFAULT_BASE_IMAGE} or install debootstrap")
-    image = bench.build_image(session, engine, variant, base)
-    mounts = [(pathlib.Path(data_path), "/data", "ro")] if data_path else []
-    runner = Runner(session, engine, image, gpu=True, mounts=mounts)
-    gpu_visible_in_image(session, engine, image)
-    run_dir = new_run_dir("small", gpu_name)
-    # Three repeats: a fresh compile each (XLA may choose differently between compiles),
-    # the fewest that let compare give a verdict (dew.bench.analysis.stats.MIN_REPEATS).
-    repeats = [] if any(a.startswith("--repeats") for a in args) else ["--repeats", "3"]
-    bench.step_benchmark(
-        runner, run_dir, "small",
-        ["--idle-check", "error", "--gpu-check", "error", *repeats, *args],
-        {"JAX_PLATFORMS": "cuda"},
-    )  # fmt: skip
-    if data_path:
-        flowers = ["data:oxford-flowers", "--data.path", "/data"]
-        bench.loader_benchmark(runner, run_dir, flowers, against=run_dir / "step.json")
-    bench.compare_with_published(_today_runner(session), run_dir)
+    gpu_bench.bench_gpu(session, lambda: _today_runner(session))
 
 
 @nox.session(name="bench-data", python=PYTHON)

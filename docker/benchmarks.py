@@ -11,6 +11,8 @@ import os
 import shutil
 from pathlib import Path
 
+from dew.bench.common.errors import EXIT_USAGE, say  # standard library only
+
 from . import image as images
 from .base import DEFAULT_BASE_IMAGE, OFFLINE_BASE_IMAGE, build_offline_base
 from .engine import IMAGE_XLA_CACHE, ROOT, EngineError, choose, image_exists, pull
@@ -19,6 +21,27 @@ from .runner import Runner
 SMOKE_ENV = {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
 # The image side of the cpu-smoke preset's samples (16x16x3, 4x16x16x3 for video).
 SMOKE_IMAGE_SIZE = 16
+# --compilation-cache-dir off (dew.bench.sweep.settings.CACHE_OFF; that module needs pydantic).
+CACHE_OFF = "off"
+
+
+def usage(prog: str, message: str):
+    """Bad input, or a host or stack the session cannot use: one line, exit 2 (nox's own
+    is 1)."""
+    say(prog, message)
+    raise SystemExit(EXIT_USAGE)
+
+
+def last_option(args: list[str], name: str) -> str | None:
+    """The value of the last `--name VALUE` or `--name=VALUE` in args (the one the tool's
+    parser keeps), None when absent."""
+    found = None
+    for index, arg in enumerate(args):
+        if arg == name and index + 1 < len(args):
+            found = args[index + 1]
+        elif arg.startswith(name + "="):
+            found = arg.split("=", 1)[1]
+    return found
 
 
 def pop_option(args: list[str], name: str, default: str | None = None) -> str | None:
@@ -85,15 +108,28 @@ def step_benchmark(runner: Runner, run_dir: Path, preset: str, args, env) -> Non
     if not (ROOT / "tools" / "benchmark_step.py").exists():
         runner.session.error("tools/benchmark_step.py is missing from this checkout")
     step_json = run_dir / "step.json"
-    if runner.engine and not any(a.startswith("--compilation-cache-dir") for a in args):
-        # The image's HOME is temporary: keep compiled executables in the mounted cache.
-        args = ["--compilation-cache-dir", IMAGE_XLA_CACHE, *args]
+    args = [*compilation_cache_args(args, in_image=runner.engine is not None), *args]
     runner.python(
         "tools/benchmark_step.py", "--preset", preset, "--json-out", runner.path(step_json),
         "--format", "md", *args, env=env, stdout_to=run_dir / "table.md",
     )  # fmt: skip
     runner.python("-m", "dew.bench.record.validate", runner.path(step_json))
     runner.session.log(f"record: {step_json.relative_to(ROOT)}")
+
+
+def compilation_cache_args(args: list[str], *, in_image: bool) -> list[str]:
+    """The cache the step benchmark is given, in its command so the record shows it.
+
+    Repeats (--repeats N > 1 or auto) are fresh compiles, `off`: XLA may choose differently
+    between compiles of the same program, and repeats that load one cached executable would
+    never sample that. A single run in the image keeps its executables in the mounted cache
+    (the image's HOME is temporary). The user's own --compilation-cache-dir wins."""
+    if last_option(args, "--compilation-cache-dir") is not None:
+        return []
+    repeats = last_option(args, "--repeats") or "1"
+    if repeats == "auto" or (repeats.isdigit() and int(repeats) > 1):
+        return ["--compilation-cache-dir", CACHE_OFF]
+    return ["--compilation-cache-dir", IMAGE_XLA_CACHE] if in_image else []
 
 
 def loader_benchmark(
@@ -137,3 +173,11 @@ def compare_with_published(runner: Runner, run_dir: Path, reference=None) -> Non
         "-m", "dew.bench.analysis.compare", runner.path(step_json), *refs, "--format", "json",
         stdout_to=run_dir / "compare.json", success_codes=(0, 1),
     )  # fmt: skip
+    # Exit 1 is also Python's own for a failure (an import, a traceback): a table is the
+    # sign compare ran.
+    for name in ("compare.md", "compare.json"):
+        if not (run_dir / name).read_text().strip():
+            runner.session.error(
+                f"compare wrote no {name}: it failed (its error is above); the run's record "
+                f"is {step_json.relative_to(ROOT)}"
+            )

@@ -65,9 +65,14 @@ class Engine:
         return f"{self.name} {self.version}"
 
     def gpu_flags(self) -> list[str]:
+        """Every GPU into the container: docker through the NVIDIA Container Toolkit's
+        runtime hook; podman through the NVIDIA CDI spec (nvidia.com/gpu), always with
+        SELinux labelling off for the container: on an SELinux host a labelled container
+        may not open the device nodes CDI mounts in, and elsewhere the option changes
+        nothing (one argv on every host, no probe that a nested engine could answer wrong)."""
         if self.name == "docker":
             return ["--gpus", "all"]
-        return ["--device", "nvidia.com/gpu=all"]  # podman: the NVIDIA CDI spec
+        return ["--device", "nvidia.com/gpu=all", "--security-opt=label=disable"]
 
     def __call__(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
         return run_captured([self.name, *args], timeout=timeout)

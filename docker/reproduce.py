@@ -12,20 +12,13 @@ import json
 import os
 from pathlib import Path
 
-from dew.bench.common.errors import EXIT_USAGE, say  # standard library only
 from dew.bench.record import stack
 
 from .base import DEFAULT_BASE_IMAGE
-from .benchmarks import choose_engine, resolve_base
+from .benchmarks import choose_engine, resolve_base, usage
 from .engine import EngineError
 from .gpu import gpu_here, gpu_preflight
 from .stacks import choose_base, materialise, remove_built
-
-
-def usage(prog: str, message: str):
-    """Bad input, or a stack that cannot be built: one line, exit 2 (nox's own is 1)."""
-    say(prog, message)
-    raise SystemExit(EXIT_USAGE)
 
 
 def read_step_record(prog: str, path: Path) -> tuple[dict, dict, dict]:

@@ -1,7 +1,9 @@
 """What the container tests share: the standard-library modules under docker/, imported as
 the noxfile imports them, from the package `dew_docker` that the noxfile's `load` makes of
 docker/ (no installed package, on no sys.path), so that every test and the sessions share
-one module of each; and the checkout's git worktrees, which a stack must never leave behind.
+one module of each; the checkout's git worktrees, which a stack must never leave behind;
+nox as CI installs it; and how a missing engine or tool skips a test (or, under
+DEW_REQUIRE_ENGINE=1, as .ci/run sets it, fails it).
 """
 
 from __future__ import annotations
@@ -9,9 +11,13 @@ from __future__ import annotations
 import importlib
 import importlib.machinery
 import importlib.util
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,3 +38,23 @@ def worktrees() -> list[str]:
         ["git", "-C", str(ROOT), "worktree", "list", "--porcelain"], capture_output=True, text=True
     )
     return [line for line in listed.stdout.splitlines() if line.startswith("worktree ")]
+
+
+def unavailable(reason: str):
+    """Skip: the engine or a tool the test drives is missing; under DEW_REQUIRE_ENGINE=1
+    (CI) that is a failure, not a skip."""
+    if os.environ.get("DEW_REQUIRE_ENGINE") == "1":
+        pytest.fail(f"DEW_REQUIRE_ENGINE=1 but {reason}")
+    pytest.skip(reason)
+
+
+def nox_command() -> list[str]:
+    """nox as CI installs it (`python3.12 -m pip install nox`): in the interpreter this
+    test's venv was made from, else on PATH; unavailable() when neither has it."""
+    base = Path(sys.base_prefix) / "bin" / "python3"
+    has_nox = subprocess.run([base, "-c", "import nox"], capture_output=True).returncode == 0
+    if has_nox:
+        return [str(base), "-m", "nox"]
+    if shutil.which("nox"):
+        return [shutil.which("nox")]
+    unavailable("nox is not installed (`python3.12 -m pip install nox`)")

@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from docker_modules import load, worktrees
+from docker_modules import load, unavailable, worktrees
 
 pytestmark = pytest.mark.container
 
@@ -30,17 +30,11 @@ runner = load("runner")
 stacks = load("stacks")
 
 
-def _unavailable(reason: str):
-    if os.environ.get("DEW_REQUIRE_ENGINE") == "1":
-        pytest.fail(f"DEW_REQUIRE_ENGINE=1 but {reason}")
-    pytest.skip(reason)
-
-
 @pytest.fixture(scope="module")
 def engine():
     chosen = containers.choose({"DEW_ENGINE": os.environ.get("DEW_ENGINE", "")})
     if chosen is None:
-        _unavailable("no container engine answers (docker daemon or podman)")
+        unavailable("no container engine answers (docker daemon or podman)")
     return chosen
 
 
@@ -48,7 +42,7 @@ def engine():
 def cpu_image(engine):
     base = bases.OFFLINE_BASE_IMAGE
     if not containers.image_exists(engine, base) and not shutil.which("debootstrap"):
-        _unavailable("debootstrap is not installed, so the offline base cannot be built")
+        unavailable("debootstrap is not installed, so the offline base cannot be built")
     bases.build_offline_base(engine, base)
     return images.build_image(engine, "cpu", base)
 
