@@ -53,3 +53,31 @@ def test_longest_key_wins_and_every_entry_cites_a_source():
     assert peak_entry("NVIDIA H200 NVL")[0] == "H200 NVL"
     assert peak_entry("TPU v5 lite")[0] == "TPU v5 lite"
     assert all(peak.source and peak.tflops > 0 for peak in PEAK_BF16_TFLOPS.values())
+
+
+@pytest.mark.parametrize(
+    "device_kind",
+    [
+        "NVIDIA H100 80GB HBM3 MIG 1g.10gb",
+        "NVIDIA H100 80GB HBM3 MIG 3g.40gb",
+        "NVIDIA A100-SXM4-40GB MIG 1g.5gb",
+        "NVIDIA H200 MIG 7g.141gb",  # the whole card as one instance: still not the card
+    ],
+)
+def test_a_mig_instance_gets_no_peak_and_says_why(device_kind):
+    from dew.telemetry.instrumentation import mfu
+    from dew.telemetry.peaks import no_peak_reason
+
+    assert peak_entry(device_kind) is None and peak_bf16_flops(device_kind) is None
+    assert mfu(1e12, 0.01, device_kind) is None
+    assert no_peak_reason(device_kind) == (
+        f"util is null: {device_kind} is a MIG instance, a share of the card's SMs, "
+        "and the whole card's peak is not its own"
+    )
+
+
+@pytest.mark.parametrize("device_kind", ["NVIDIA H100 80GB HBM3", "cpu", "", "NVIDIA AMIGO"])
+def test_a_whole_card_or_a_cpu_needs_no_reason(device_kind):
+    from dew.telemetry.peaks import no_peak_reason
+
+    assert no_peak_reason(device_kind) is None

@@ -1,13 +1,14 @@
 """NVIDIA GPUs through NVML (nvidia-ml-py): what each card is, and what it did in a window.
 
     gpu_info(nv, handle, index)       one card's settings for the record's environment
-    gpu_infos(nv)                     ... of every card
+    gpu_infos(cards, indices)         ... of these cards (Nvml.visible: CUDA's cards)
     decode_reasons(mask)              a clocks-event reasons bitmask -> the reasons' names
     slowdowns(reasons)                the reasons that mean the card slowed itself down
     energy_joules(start, end, s)      joules between two readings of the energy counter
     summarize(...)                    one card's window: clocks, temperature, power, energy
     WindowSampler                     a thread reading every card of a window at ~20 Hz
     visible_indices(value, uuids)     NVML index of each CUDA device (CUDA_VISIBLE_DEVICES)
+    Nvml.visible(value)               the cards CUDA sees, or every card and why
     session()                         NVML for a `with`: every card's handle, or why none
     reading(read), text(value)        one call's answer (None where NVML refuses), as text
 
@@ -212,9 +213,18 @@ class Nvml:
     def driver_version(self) -> str | None:
         return reading(lambda: text(self.nv.nvmlSystemGetDriverVersion()))
 
-    def uuids(self) -> list[str]:
-        """Every card's UUID, in the order of `handles`."""
-        return [text(self.nv.nvmlDeviceGetUUID(handle)) for handle in self.handles]
+    def uuids(self) -> list[str | None]:
+        """Every card's UUID, in the order of `handles`; None where NVML refuses it."""
+        return [reading(lambda h=h: text(self.nv.nvmlDeviceGetUUID(h))) for h in self.handles]
+
+    def visible(self, value: str | None) -> tuple[list[int], str | None]:
+        """The NVML indices of the cards CUDA sees (`value`: CUDA_VISIBLE_DEVICES), in NVML's
+        order, and None; or every card and why, where that cannot be told (a MIG instance).
+        A UUID NVML refuses matches no entry."""
+        indices, why = visible_indices(value, self.uuids())
+        if indices is None:
+            return list(range(len(self.handles))), f"{why}: every card read"
+        return sorted(set(indices)), None
 
 
 @contextlib.contextmanager
@@ -332,16 +342,12 @@ def gpu_info(nv: Any, handle: Any, index: int) -> dict[str, Any]:
     return info
 
 
-def gpu_infos(nv: Any) -> list[dict[str, Any]] | None:
-    """gpu_info of every card, in NVML's order; None when the cards cannot be listed."""
-    try:
-        handles = _handles(nv)
-    except Exception:  # a card lost between nvmlInit and here
-        return None
-    return [gpu_info(nv, handle, index) for index, handle in enumerate(handles)]
+def gpu_infos(cards: Nvml, indices: Sequence[int]) -> list[dict[str, Any]]:
+    """gpu_info of the cards at these NVML indices (Nvml.visible), in that order."""
+    return [gpu_info(cards.nv, cards.handles[index], index) for index in indices]
 
 
-def visible_indices(value: str | None, uuids: Sequence[str]) -> tuple[list[int] | None, str]:
+def visible_indices(value: str | None, uuids: Sequence[str | None]) -> tuple[list[int] | None, str]:
     """The NVML index of each CUDA device ordinal, from CUDA_VISIBLE_DEVICES (`value`).
 
     Returns (indices, "") or (None, why they cannot be mapped). CUDA stops at the first
@@ -357,7 +363,7 @@ def visible_indices(value: str | None, uuids: Sequence[str]) -> tuple[list[int] 
         elif entry.startswith("MIG-"):
             return None, f"CUDA_VISIBLE_DEVICES names a MIG instance ({entry})"
         elif entry.startswith("GPU-"):
-            found = [i for i, uuid in enumerate(uuids) if uuid.startswith(entry)]
+            found = [i for i, uuid in enumerate(uuids) if uuid and uuid.startswith(entry)]
             if len(found) != 1:
                 break
             indices.append(found[0])

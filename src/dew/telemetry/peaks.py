@@ -3,7 +3,8 @@
 Dense means without 2:4 structured sparsity (datasheets often print the sparse figure
 first, twice the dense one), and bf16 with fp32 accumulation where a datasheet tells the
 two apart. An unknown device or a CPU gives None, never a guess: a wrong peak would make
-every utilisation figure wrong without anyone noticing.
+every utilisation figure wrong without anyone noticing. Nor does a MIG instance, a share of
+a card (no_peak_reason).
 """
 
 from __future__ import annotations
@@ -54,8 +55,30 @@ _KEY_PATTERNS = {
 }
 
 
+# A MIG instance's device kind is its card's with the profile after it ("NVIDIA H100 80GB
+# HBM3 MIG 1g.10gb"). It holds a share of the card's SMs that its name does not state
+# exactly (a 1g slice of an H100 SXM: 16 of 132 SMs, not 1/7), so it gets no peak: the
+# card's would understate its utilisation several times over, a guessed share would be a
+# guess.
+_MIG = re.compile(r"(?<![A-Za-z0-9])MIG(?![A-Za-z0-9])")
+
+
+def no_peak_reason(device_kind: str) -> str | None:
+    """Why a device the table would match has no peak (a MIG instance), for the row's note;
+    None otherwise (a CPU or an unknown kind needs no saying)."""
+    if _MIG.search(device_kind or ""):
+        return (
+            f"util is null: {device_kind} is a MIG instance, a share of the card's SMs, "
+            "and the whole card's peak is not its own"
+        )
+    return None
+
+
 def peak_entry(device_kind: str) -> tuple[str, Peak] | None:
-    """The table entry for a device kind (longest matching key), or None."""
+    """The table entry for a device kind (longest matching key), or None (also for a MIG
+    instance of a card in the table: no_peak_reason)."""
+    if no_peak_reason(device_kind):
+        return None
     best: tuple[str, Peak] | None = None
     for key, pattern in _KEY_PATTERNS.items():
         found = pattern.search(device_kind or "")

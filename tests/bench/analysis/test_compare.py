@@ -83,6 +83,17 @@ def test_commit_and_env_flags_are_listed_as_stack_differences(rerun_vs_first):
     assert not any(what.startswith(("package", "driver", "device")) for what in diffs)
 
 
+def test_clocks_locked_on_one_side_only_are_a_stack_difference():
+    from dew.bench.record.stack import stack_differences
+
+    run, ref = json.loads(RERUN.read_text()), json.loads(RERUN.read_text())
+    card = {"index": 0, "sm_clock_mhz": 1980, "memory_clock_mhz": 3201}
+    run["environment"]["locked_clocks"] = {"mode": "max", "cards": [card], "restored": True}
+    diffs, _ = stack_differences(run, ref)
+    assert [(d.what, d.run, d.reference) for d in diffs] == [("GPU clocks locked", "max", "off")]
+    assert stack_differences(ref, ref)[0] == []  # neither locked: no difference
+
+
 def test_rows_without_partner_and_failed_rows_are_reported(rerun_vs_first):
     rows = rows_by_label(rerun_vs_first)
     assert rows["causal_transformer (head_chunks=1)"].verdict == "no reference row"

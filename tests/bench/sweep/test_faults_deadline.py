@@ -103,9 +103,12 @@ def test_a_case_stopped_in_its_compile_fails_at_its_case_timeout_and_resume_runs
     assert run.returncode == 1, stderr
     (row,) = read_run(out).rows
     assert row.status == "failed"
+    log = out.parent / "run.logs" / "simple_dit-1.log"  # kept beside the record, named
     assert row.error == (
         "the case's process timed out after 20 s in compile, waiting for its compiled step"
+        f" (its log: {log})"
     )
+    assert log.is_file()
     moved_on = next(at for at, line in lines if "timed out after 20 s" in line)
     after_stop = moved_on - seen["stopped"]
     print(f"\nthe sweep moved on {after_stop:.1f} s after the case's process was stopped")

@@ -205,4 +205,6 @@ def test_a_stop_signal_ends_every_process_and_the_record_keeps_the_finished_row(
     while not all(gone(pid) for pid in tree) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert [pid for pid in tree if not gone(pid)] == []
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.json"]  # no lock, no temporary
+    # No lock, no temporary; the cases' logs beside the record, the one stopped too
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.json", "run.logs"]
+    assert len(list((tmp_path / "run.logs").glob("*.log"))) >= 2

@@ -17,7 +17,10 @@ shown in the header, and a `faster`/`slower` must also lie wholly beyond the ban
 a change the host's drift explains is `undecided`. A change measured while the idle check
 found the host busy is `undecided` too. Rows are paired by dew.bench.analysis.matching; a
 row whose model differs (GFLOP/step, backbone params, batch or sample) is "different
-model, not comparable": its ratios are shown but it does not decide the exit status.
+model, not comparable": its ratios are shown but it does not decide the exit status. Each
+step row says whether both sides ran the same compiled program (`compiled`: "same
+program", "same program, other kernels", "other program"; dew.bench.analysis.programs),
+and a side whose repeats compiled otherwise says so in the notes.
 
 `compare(run, reference)` gives the `Comparison`; dew.bench.analysis.tables prints it and
 dew.bench.analysis.compare is the command line.
@@ -27,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from dew.bench.analysis import stats
+from dew.bench.analysis import programs, stats
 from dew.bench.analysis.matching import match_rows, same_gflop
 from dew.bench.analysis.noise import NoiseModel, for_records
 from dew.bench.common.cli import UsageError
@@ -57,6 +60,7 @@ class RowComparison:
     detect: stats.Detectable | None = None  # what the row could have detected
     noise: stats.Noise | None = None  # the run level it assumed
     why: str | None = None  # what an `undecided` lacks
+    compiled: str | None = None  # same program | ..., other kernels | other program; None: unknown
 
     @property
     def counts(self) -> bool:
@@ -155,7 +159,34 @@ def _model_difference(run: StepRow | DataRow, ref: StepRow | DataRow) -> tuple[s
     return None, notes
 
 
+def _compile_notes(run: StepRow, ref: StepRow, compiled: str | None) -> list[str]:
+    """The notes that say how two rows' compiled programs differ (`compiled`, from
+    programs.between): the fingerprints when they do, and a side whose repeats compiled
+    otherwise (its warning)."""
+    notes = []
+    if compiled not in (None, programs.SAME):
+        notes.append(
+            f"compiled: {compiled} (run: {programs.describe(run)}; "
+            f"reference: {programs.describe(ref)})"
+        )
+    for side, row in (("run", run), ("reference", ref)):
+        warning = programs.repeats_warning(row.repeats or [])
+        if warning:
+            notes.append(f"{side}: {warning}")
+    return notes
+
+
 def compare_rows(run_row, ref_row, kind: str, note: str | None, noise: NoiseModel) -> RowComparison:
+    """One pair of rows (either may be None): ratios, notes and the timing's statistics;
+    `decide` gives the verdicts of all the rows together."""
+    row = _compare_rows(run_row, ref_row, kind, note, noise)
+    if isinstance(row.run, StepRow) and isinstance(row.reference, StepRow):
+        row.compiled = programs.between(row.run, row.reference)
+        row.notes += _compile_notes(row.run, row.reference, row.compiled)
+    return row
+
+
+def _compare_rows(run_row, ref_row, kind: str, note: str | None, noise: NoiseModel):
     label = (run_row if run_row is not None else ref_row).label()
     fields = RATIO_FIELDS[kind]
     if run_row is None:

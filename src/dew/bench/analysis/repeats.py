@@ -2,8 +2,10 @@
 
 The row's ms/step and p10/p50/p90 are medians over its repeats of each repeat's own
 figures; samples/s, tokens/s and util follow from that ms/step; the row keeps every
-repeat's raw samples (`repeats`), the 95% interval of its ms/step (dew.bench.analysis.stats) and
-its noise warnings. With one repeat the figures are that process's, as before schema 2.
+repeat's raw samples (`repeats`), the 95% interval of its ms/step (dew.bench.analysis.stats),
+its noise warnings, and the fingerprint its repeats share (or a warning that they compiled
+otherwise: dew.bench.analysis.programs). With one repeat the figures are that process's,
+as before schema 2.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from dew.bench.analysis import stats
+from dew.bench.analysis import programs, stats
 from dew.bench.record.schema import DataRepeat, DataRow, StepRepeat, StepRow
 
 DIGITS = 4  # raw samples kept to 0.1 us: a 100-step repeat is about 1 KB of JSON
@@ -80,7 +82,14 @@ def summarize_step(
     failed = [
         w for w in (first.warnings if first else []) if w.startswith("repeat ") and "failed" in w
     ]
-    update["warnings"] = stats.noise_warnings(figures, samples) + busy_warnings(repeats) + failed
+    update["fingerprint"] = programs.shared(repeats)
+    compiled = programs.repeats_warning(repeats)
+    update["warnings"] = [
+        *stats.noise_warnings(figures, samples),
+        *([compiled] if compiled else []),
+        *busy_warnings(repeats),
+        *failed,
+    ]
     return StepRow.model_validate({**row.model_dump(), **update})
 
 

@@ -3,9 +3,10 @@
 Text: the header (the records, the host's drift, the noise assumed and where it came from),
 the stack differences, one line per row (the figures, the timing's ratio with its 95%
 interval, the other ratios, the p after Holm, the detectable change and the repeats a side
-the target change would need, the verdict), the notes, and the verdict's line, which says
-plainly what the comparison could not have detected. JSON (`as_json`): one object with the
-same content for machines (the site, CI); its fields are listed in docs/reproducing.md.
+the target change would need, whether both sides ran the same compiled program, the
+verdict), the notes, and the verdict's line, which says plainly what the comparison could
+not have detected. JSON (`as_json`): one object with the same content for machines (the
+site, CI); its fields are listed in docs/reproducing.md.
 """
 
 from __future__ import annotations
@@ -85,7 +86,9 @@ def comparison(cmp: Comparison, run: BenchmarkRun, ref: BenchmarkRun, fmt: str =
     target = f"n for {cmp.target:.0%}"
     headers = ["row", f"{timing} run", f"{timing} ref"]
     headers += [f"{COLUMN_NAMES[f]} ratio" for f in cmp.fields]
-    headers += ["p (Holm)", "MDE", target, "verdict"]
+    headers += ["p (Holm)", "MDE", target]
+    compiled = any(r.compiled for r in cmp.rows)  # step rows with fingerprints on both sides
+    headers += ["compiled", "verdict"] if compiled else ["verdict"]
     body = []
     for r in cmp.rows:
         if r.run is None:  # listed in one line below the table
@@ -98,12 +101,19 @@ def comparison(cmp: Comparison, run: BenchmarkRun, ref: BenchmarkRun, fmt: str =
         p = MISSING if r.adjusted_p is None else f"{r.adjusted_p:.3g}"
         mde = _percent(r.detect.mde if r.detect else None)
         body.append([r.label, num(getattr(r.run, cmp.timing), 2), num(b, 2), *ratios, p, mde,
-                     _repeats_text(r, cmp.target), r.verdict])  # fmt: skip
+                     _repeats_text(r, cmp.target),
+                     *([r.compiled or MISSING] if compiled else []), r.verdict])  # fmt: skip
     out += [f"{h}Rows", "", table(headers, body, style)]
     out.append(
         f"Ratios are run / reference; the interval is the {timing} ratio's 95% interval (the "
         f"repeats and the run level); MDE: the smallest change the row would call with 80% "
-        f"power; {target}: repeats a side for an MDE of {cmp.target:.0%}.\n"
+        f"power; {target}: repeats a side for an MDE of {cmp.target:.0%}"
+        + (
+            "; compiled: whether both sides ran the same compiled program (the fingerprints "
+            "of the optimized HLO: docs/conventions.md).\n"
+            if compiled
+            else ".\n"
+        )
     )
     absent = [r.label for r in cmp.rows if r.run is None]
     if absent:
@@ -168,6 +178,7 @@ def row_json(row: RowComparison, cmp: Comparison) -> dict[str, Any]:
         "repeats_for_target": detect.repeats_for(cmp.target) if detect else None,
         "run_noise": row.noise.run if row.noise else None,
         "one_process": diff.one_draw if diff else None,
+        "compiled": row.compiled,
         "ratios": row.ratios,
         "notes": row.notes,
     }

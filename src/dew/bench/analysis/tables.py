@@ -150,10 +150,13 @@ def _noise_columns(rows, body, headers, compile_only):
 
 
 def row_warnings(row: StepRow) -> list[str]:
-    """A row's warnings: its own (noise, a busy host), the custom calls its GFLOP/step
-    could not count (counted as 0) and, under --gpu-check warn, its GPU's slowdowns. The
-    last two are read from the row's fields, which every repeat's merge keeps."""
+    """A row's warnings: its own (noise, a busy host, repeats that compiled otherwise), why
+    its GFLOP/step is null, the custom calls its GFLOP/step could not count (counted as 0)
+    and, under --gpu-check warn, its GPU's slowdowns. The last three are read from the
+    row's fields, which every repeat's merge keeps."""
     warnings = list(row.warnings)
+    if row.flops_error:
+        warnings.append(f"GFLOP/step not counted: {row.flops_error}")
     if row.uncounted_custom_calls:
         calls = ", ".join(f"{target} x{n}" for target, n in row.uncounted_custom_calls.items())
         warnings.append(f"GFLOP/step counts 0 for custom calls it does not know: {calls}")

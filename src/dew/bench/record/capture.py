@@ -50,17 +50,10 @@ CORE_PACKAGES = (
     "numpy",
     "pydantic",
 )
-# The CUDA plugin and its CUDA library wheels: listed only when installed.
-CUDA_PACKAGES = (
-    "jax-cuda12-plugin",
-    "jax-cuda12-pjrt",
-    "jax-cuda13-plugin",
-    "jax-cuda13-pjrt",
-    "nvidia-cuda-runtime-cu12",
-    "nvidia-cudnn-cu12",
-    "nvidia-cuda-runtime",
-    "nvidia-cudnn-cu13",
-)
+# The CUDA plugin and its CUDA library wheels (jax-cuda13-plugin, nvidia-cublas, ...): every
+# installed distribution whose normalised name starts so is listed, so a library a new lock
+# brings in is named without a change here.
+CUDA_PREFIXES = ("jax-cuda", "nvidia-")
 # JAX config values that change numerics or memory (or what gets compiled).
 JAX_CONFIG_KEYS = (
     "jax_platforms",
@@ -119,9 +112,12 @@ def capture(
     """
     environ = os.environ if environ is None else environ
     with nvml.session() as gpus:
+        # Only the cards CUDA_VISIBLE_DEVICES shows this run (their NVML indices), where
+        # that can be told: a card beside it is not what the run ran on.
+        visible = gpus.visible(environ.get("CUDA_VISIBLE_DEVICES"))[0] if gpus else []
         return Environment(
             host=_host(),
-            devices=_devices(devices, gpus, environ),
+            devices=_devices(devices, gpus, visible, environ),
             driver_version=gpus.driver_version() if gpus else _smi_driver_version(),
             cuda_version=_cuda_version(),
             cudnn_version=_cudnn_version(),
@@ -133,13 +129,8 @@ def capture(
             jax_config=_jax_config(),
             processes=processes,
             scheduler=_scheduler(environ),
-            gpus=_gpus(gpus),
+            gpus=[GpuInfo(**info) for info in nvml.gpu_infos(gpus, visible)] if gpus else None,
         )
-
-
-def _gpus(gpus: nvml.Nvml) -> list[GpuInfo] | None:
-    """Every NVIDIA card's settings (dew.telemetry.nvml.gpu_infos); None without NVML."""
-    return [GpuInfo(**info) for info in nvml.gpu_infos(gpus.nv) or []] if gpus else None
 
 
 def _scheduler(environ: Mapping[str, str]) -> Scheduler | None:
@@ -191,10 +182,12 @@ def _cpu_model() -> str | None:
 # --- devices -----------------------------------------------------------------------------
 
 
-def _devices(devices: Sequence[Any] | None, gpus: nvml.Nvml, environ) -> Devices:
+def _devices(
+    devices: Sequence[Any] | None, gpus: nvml.Nvml, visible: Sequence[int], environ
+) -> Devices:
     if devices is None:
         devices = _initialised_jax_devices()
-    nv, card = gpus.nv, gpus.handles[0] if gpus.handles else None  # the first NVIDIA card
+    nv, card = gpus.nv, gpus.handles[visible[0]] if visible else None  # the first visible card
     # Device memory from NVML: jax's memory_stats() gives the allocator's budget, not the card.
     memory = None if card is None else nvml.reading(lambda: nv.nvmlDeviceGetMemoryInfo(card).total)
     if devices:
@@ -206,11 +199,11 @@ def _devices(devices: Sequence[Any] | None, gpus: nvml.Nvml, environ) -> Devices
             count=len(devices),
             memory_gib=round(memory / GIB, 2) if memory and on_gpu else None,
         )
-    if gpus.handles:
+    if visible:
         return Devices(
             platform="gpu",
             kind=nvml.reading(lambda: nvml.text(nv.nvmlDeviceGetName(card))),
-            count=len(gpus.handles),
+            count=len(visible),
             memory_gib=round(memory / GIB, 2) if memory else None,
         )
     # The CPU backend: its device count is what XLA_FLAGS asks for (the simulated mesh).
@@ -381,12 +374,17 @@ def _version(name: str) -> str | None:
         return None
 
 
-def _packages() -> dict[str, str | None]:
-    packages = {name: _version(name) for name in CORE_PACKAGES}
-    for name in CUDA_PACKAGES:
-        version = _version(name)
-        if version:
-            packages[name] = version
+def _packages(path: Sequence[str] | None = None) -> dict[str, str | None]:
+    """CORE_PACKAGES (null when absent), then every installed CUDA_PREFIXES distribution by
+    name; from `path` (default sys.path), the first of a name winning as imports do."""
+    installed: dict[str, str] = {}
+    for dist in importlib.metadata.distributions(path=list(path or sys.path)):
+        name = re.sub(r"[-_.]+", "-", dist.metadata["Name"] or "").lower()  # PEP 503
+        if name and dist.version:
+            installed.setdefault(name, dist.version)
+    packages: dict[str, str | None] = {name: installed.get(name) for name in CORE_PACKAGES}
+    cuda = (name for name in installed if name.startswith(CUDA_PREFIXES))
+    packages.update((name, installed[name]) for name in sorted(cuda))
     return packages
 
 

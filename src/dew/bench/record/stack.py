@@ -182,6 +182,9 @@ def stack_differences(run: Any, ref: Any) -> tuple[list[StackDifference], list[s
     known("CUDA", ea.get("cuda_version"), eb.get("cuda_version"))
     known("cuDNN", ea.get("cudnn_version"), eb.get("cudnn_version"))
     known("python", ea.get("python"), eb.get("python"))
+    # A record without the lock ran with the card's own clocks (--lock-clocks off).
+    clocks = [(_at(env, "locked_clocks", "mode") or "off") for env in (ea, eb)]
+    known("GPU clocks locked", *clocks)
     pa, pb = ea.get("packages") or {}, eb.get("packages") or {}
     for name in sorted(set(pa) | set(pb)):
         known(f"package {name}", pa.get(name), pb.get(name))

@@ -107,8 +107,13 @@ def sample(
     exclude: processes not to count besides this one (e.g. the tool's own parent).
     """
     ignored = {os.getpid(), *exclude}
+    notes = [] if watch is None else [f"judged on watched processes only: {sorted(watch)}"]
     with nvml.session() as cards:
-        gpu = _GpuSampler(cards) if cards else None
+        gpu = None
+        if cards:  # the cards CUDA_VISIBLE_DEVICES shows a run, by their NVML index
+            indices, why = cards.visible(os.environ.get("CUDA_VISIBLE_DEVICES"))
+            gpu = _GpuSampler(cards, indices)
+            notes += [f"GPUs: {why}"] if why else []
         # Reading every process takes a while on a busy host: time each snapshot at its
         # midpoint so a process's CPU seconds are divided by the span they were counted in.
         t0 = time.monotonic()
@@ -162,7 +167,7 @@ def sample(
         busiest=readings[:top],
         gpus=gpus,
         reasons=reasons,
-        note=None if watch is None else f"judged on watched processes only: {sorted(watch)}",
+        note="; ".join(notes) or None,
     )
 
 
@@ -191,8 +196,9 @@ def _with_children(pids: Collection[int]) -> set[int]:
 class _GpuSampler:
     """NVML utilisation sampled through the window, on the cards of an open nvml.session()."""
 
-    def __init__(self, cards: nvml.Nvml):
-        self.nv, self.handles = cards.nv, cards.handles
+    def __init__(self, cards: nvml.Nvml, indices: list[int]):
+        self.nv, self.indices = cards.nv, indices
+        self.handles = [cards.handles[index] for index in indices]
 
     def sample_during(self, window_s: float, interval_s: float = 0.2) -> list[list[float]]:
         utils: list[list[float]] = [[] for _ in self.handles]
@@ -225,7 +231,7 @@ class _GpuSampler:
             samples = utils[i]
             out.append(
                 GpuReading(
-                    index=i,
+                    index=self.indices[i],
                     util_percent=round(sum(samples) / len(samples), 1) if samples else None,
                     memory_used_gib=round(used, 2) if used is not None else None,
                     foreign_processes=foreign,

@@ -244,7 +244,8 @@ class Deadline:
 class Child:
     """The parent's end: the child process (a multiprocessing Process or a subprocess
     Popen), its channel, and its log (the file its stdout and stderr go to, removed by
-    `close`). `group`: the child leads its own process group, killed with it."""
+    `close` unless `keep_log`: a case's log kept beside its record, its warnings with it).
+    `group`: the child leads its own process group, killed with it."""
 
     def __init__(
         self,
@@ -253,9 +254,10 @@ class Child:
         connection: multiprocessing.connection.Connection,
         *,
         log: str | None = None,
+        keep_log: bool = False,
         group: bool = False,
     ):
-        self.name, self.process, self.log = name, process, log
+        self.name, self.process, self.log, self.keep_log = name, process, log, keep_log
         self._connection, self._group, self._killed = connection, group, False
         self._oom_kills = oom_kills()  # the kernel's count at its start
         self._sentinel = getattr(process, "sentinel", None)  # a Process's: readable at its end
@@ -368,12 +370,13 @@ class Child:
         self.exit_code(None)
 
     def close(self) -> None:
-        """Release the channel and the log; the child must have ended (`kill`, `finish`)."""
+        """Release the channel and the log (removed unless kept); the child must have ended
+        (`kill`, `finish`)."""
         self._connection.close()
         if self._pidfd is not None:
             os.close(self._pidfd)
             self._pidfd = None
-        if self.log is not None:
+        if self.log is not None and not self.keep_log:
             try:
                 os.unlink(self.log)
             except FileNotFoundError:

@@ -27,7 +27,7 @@ from dew.bench.common.errors import faults
 from dew.bench.common.files import check_output_dir, check_output_file, one_writer
 from dew.bench.runtime import hostprobe
 from dew.bench.sweep import allocator, presets
-from dew.bench.sweep.settings import CACHE_OFF, Options, append_xla_flags
+from dew.bench.sweep.settings import CACHE_OFF, Options, append_xla_flags, case_log_dir
 
 PROG = "benchmark_step"
 
@@ -55,6 +55,11 @@ class Args(Options):
     """the table on stdout: the seed's tab-separated layout or Markdown"""
     idle_check: Literal["error", "warn", "off"] = "warn"
     """sample the host before measuring: refuse (error), warn, or skip the check"""
+    lock_clocks: Literal["base", "max", "off"] = "off"
+    """NVIDIA GPUs, as root: lock every card's SM and memory clocks (NVML) before the first
+    case, to its base (TDP) or max clock, and reset them when the run ends (also on a
+    failed write or SIGTERM / SIGINT), for comparing two runs; off: the published tables'
+    way (dew.bench.sweep.locked_clocks)"""
 
 
 def options_from(args: Args) -> tuple[Options, tuple[presets.Case, ...]]:
@@ -96,6 +101,7 @@ def options_from(args: Args) -> tuple[Options, tuple[presets.Case, ...]]:
     if args.mesh is not None:
         mesh.update(mesh_fields(args.mesh))
     shared = {field.name: getattr(args, field.name) for field in dataclasses.fields(Options)}
+    shared["log_dir"] = case_log_dir(args.log_dir, args.json_out)  # beside the record
     return Options(**{**shared, "mesh": mesh}), cases
 
 
@@ -198,6 +204,9 @@ def check_outputs(args: Args) -> None:
         check_output_dir(args.profile_dir, flag="--profile-dir")
     if args.compilation_cache_dir and args.compilation_cache_dir != CACHE_OFF:
         check_output_dir(args.compilation_cache_dir, flag="--compilation-cache-dir")
+    logs = case_log_dir(args.log_dir, args.json_out)
+    if logs:  # a rerun (--resume) adds its logs beside the earlier ones
+        check_output_dir(logs, flag="--log-dir")
 
 
 def log(line: str) -> None:
@@ -215,7 +224,7 @@ def _main(argv: list[str], held: contextlib.ExitStack) -> int:
     from dew.bench.analysis import tables as report
     from dew.bench.runtime.idle import HostNotIdle
     from dew.bench.runtime.progress import Progress
-    from dew.bench.sweep import preflight
+    from dew.bench.sweep import locked_clocks, preflight
     from dew.bench.sweep import run as step
     from dew.train import distributed
 
@@ -228,6 +237,7 @@ def _main(argv: list[str], held: contextlib.ExitStack) -> int:
         in_cluster = distributed.detect() is not None
     except distributed.DistributedSetupError as error:
         raise cli.UsageError(str(error)) from None
+    locked_clocks.check(args.lock_clocks, in_cluster=in_cluster)
     if not in_cluster:  # one run per record; in a cluster process 0 locks it once joined
         held.enter_context(one_writer(args.json_out, flag="--json-out"))
     platform = None  # a cluster's devices are known only once it is joined
@@ -256,8 +266,9 @@ def _main(argv: list[str], held: contextlib.ExitStack) -> int:
         held.enter_context(one_writer(args.json_out, flag="--json-out"))
     # Only process 0 of a multi-process run draws; the others write nothing.
     progress = Progress([case.label() for case in cases]) if leader else None
+    lock = locked_clocks.held(args.lock_clocks, platform, json_out=args.json_out, log=log)
     try:
-        with progress or contextlib.nullcontext():
+        with lock as clocks, progress or contextlib.nullcontext():
             record = step.run(
                 options,
                 cases,
@@ -268,6 +279,7 @@ def _main(argv: list[str], held: contextlib.ExitStack) -> int:
                 warnings=warnings,
                 log=progress.note if progress else log,
                 progress=progress,
+                locked_clocks=clocks,
             )
     except HostNotIdle as refusal:  # its text begins "error: ", which say() writes itself
         cli.say(PROG, str(refusal).removeprefix("error: "))

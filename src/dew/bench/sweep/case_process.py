@@ -23,16 +23,27 @@ compiles several at once and times one at a time); the child times it and sends 
 after N s in compile" (or timing), and the sweep goes on; `--resume` runs it again. The
 child's stdout and stderr go to a file: the last line there is the error of a row whose
 process died ("out of memory: ..." when the kernel's OOM killer ended it or an allocation
-failed, dew.bench.runtime.protocol).
+failed, dew.bench.runtime.protocol). With a record (--json-out) or --log-dir that file is
+kept, `<case>-<n>.log` in the options' log_dir (n: the first number free there, so a
+case's repeats, and a --resume's, number on), and its row names it (the repeat's `log`,
+or the error of a failed row): the compiler's, ptxas', cuDNN's and the autotuner's
+warnings of a run stay with it. Without one it is removed when the case ends.
+
+A case may set XLA_PYTHON_CLIENT_PREALLOCATE for its own process (Case.xla_preallocate):
+the server's children inherit its environment, so the child sets it in itself before its
+JAX backend starts (the first use of a device, in the case); its row records the
+allocator setting its process ran with (`xla_preallocate`, `xla_mem_fraction`).
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import gc
 import multiprocessing
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -43,7 +54,7 @@ from typing import Any
 from dew.bench.record.schema import StepRow
 from dew.bench.runtime import protocol
 from dew.bench.runtime.phases import PhaseClock
-from dew.bench.sweep.case_run import make_row, run_case
+from dew.bench.sweep.case_run import make_row, profile_name, run_case
 from dew.bench.sweep.presets import Case
 from dew.bench.sweep.settings import Options, append_xla_flags, case_deadlines
 
@@ -53,10 +64,50 @@ NAME = "the case's process"  # in its row's error
 _server_environment: dict[str, str] | None = None  # the environment the server runs with
 
 
+PREALLOCATE = "XLA_PYTHON_CLIENT_PREALLOCATE"
+MEM_FRACTIONS = ("XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION")  # jaxlib's order
+
+
 def child_environment(options: Options) -> dict[str, str]:
     env = dict(os.environ)
     append_xla_flags(env, options.xla_flags)
     return env
+
+
+def case_environment(case: Case) -> dict[str, str]:
+    """What a case sets in its own process's environment, over the server's."""
+    if case.xla_preallocate is None:
+        return {}
+    return {PREALLOCATE: "true" if case.xla_preallocate else "false"}
+
+
+def allocator_fields(environ: Mapping[str, str]) -> dict[str, Any]:
+    """The row's allocator setting, read as jaxlib's GPU client reads it (its
+    generate_pjrt_gpu_plugin_options): preallocate unless 'false', 'False' or '0'; the
+    memory fraction, None when unset or not a fraction."""
+    fraction = next((environ[name] for name in MEM_FRACTIONS if environ.get(name)), None)
+    try:
+        value = float(fraction) if fraction is not None else None
+    except ValueError:
+        value = None
+    return {
+        "xla_preallocate": environ.get(PREALLOCATE, "") not in ("false", "False", "0"),
+        "xla_mem_fraction": value if value is not None and 0 < value <= 1 else None,
+    }
+
+
+def keep_log(directory: str, case: Case) -> str:
+    """A new, empty file for the case's log in `directory`: `<case>-<n>.log`, n the first
+    number free (created exclusively: cases compiling at once never share one)."""
+    os.makedirs(directory, exist_ok=True)
+    number = 1
+    while True:
+        path = os.path.join(directory, f"{profile_name(case)}-{number}.log")
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+            return path
+        except FileExistsError:
+            number += 1
 
 
 def forkserver_context(environment: Mapping[str, str]) -> multiprocessing.context.BaseContext:
@@ -139,7 +190,11 @@ class CaseProcess:
         self.row: StepRow | None = None
         self.timed_s = timed_s
         self._failure: protocol.ChildFailed | None = None
-        context = forkserver_context(child_environment(options))
+        environment = child_environment(options)
+        context = forkserver_context(environment)
+        self._allocator = allocator_fields({**environment, **case_environment(case)})
+        # The child writes to a temporary file, moved beside the record when the case ends:
+        # a full or unwritable record disk must not cost the case its stderr.
         descriptor, output = tempfile.mkstemp(prefix="dew-case-", suffix=".log")
         os.close(descriptor)
         # The start time rides with the job: the child's "imports" phase (its start) is
@@ -151,7 +206,10 @@ class CaseProcess:
         self._compile_deadline = protocol.Deadline(compile_s)
         self.process.start()
         theirs.close()  # the child holds the other end: its exit is our end of file
-        self._child = protocol.Child(NAME, self.process, connection, log=output)
+        self._log_dir = options.log_dir
+        kept = bool(options.log_dir)
+        self._child = protocol.Child(NAME, self.process, connection, log=output, keep_log=kept)
+        self.log: str | None = None  # the kept log's path, once the case has ended
 
     @property
     def pid(self) -> int:
@@ -179,6 +237,24 @@ class CaseProcess:
     def kill(self) -> None:
         self._child.kill()
         self._child.close()
+        self._keep_log()
+
+    def _keep_log(self) -> str | None:
+        """Move the ended case's log into the log directory (once); its name there, or None
+        where it could not be moved (a full disk: it stays where it was written, `self.log`)."""
+        if not self._log_dir or self.log is not None:
+            return None
+        self.log, kept = self._child.log, None
+        try:
+            kept = keep_log(self._log_dir, self.case)
+            shutil.move(self._child.log, kept)
+        except OSError:
+            if kept is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(kept)
+            return None
+        self.log = kept
+        return os.path.basename(kept)
 
     def _receive(self, *kinds, phase: str, deadline) -> protocol.Message | None:
         """The child's next message; None when it failed (`self._failure` says how)."""
@@ -197,11 +273,27 @@ class CaseProcess:
     def _finish(self) -> StepRow:
         self._child.finish()
         self._child.close()
-        if self.row is not None:
-            return self.row
-        # It died or timed out mid-case: keep what it measured before (params, GFLOP,
-        # compile s).
-        return make_row(self.case, self.compiled, status="failed", error=str(self._failure))
+        row = self.row
+        if row is None:
+            # It died or timed out mid-case: keep what it measured before (params, GFLOP,
+            # compile s), and the allocator setting it was started with.
+            row = make_row(self.case, self.compiled, status="failed", error=str(self._failure))
+            row = row.model_copy(update=self._allocator)
+        return self._with_log(row)
+
+    def _with_log(self, row: StepRow) -> StepRow:
+        """The row naming its kept log: on its repeat (its name in the log directory), or
+        at the end of a failed row's error. A log that cannot be moved into the log
+        directory (a full disk) stays where it was written, and the row names that path."""
+        if not self._log_dir:
+            return row
+        name = self._keep_log() or self.log
+        if row.status != "ok":
+            return row.model_copy(update={"error": f"{row.error} (its log: {self.log})"})
+        if row.repeats:
+            last = row.repeats[-1].model_copy(update={"log": name})
+            return row.model_copy(update={"repeats": [*row.repeats[:-1], last]})
+        return row
 
 
 def child_main(job: dict[str, Any], connection, output: str) -> None:
@@ -231,7 +323,10 @@ def child_main(job: dict[str, Any], connection, output: str) -> None:
             _exit()
 
     options = Options(**job["options"])
-    row = run_case(Case.model_validate(job["case"]), options, report_compiled, clock)
+    case = Case.model_validate(job["case"])
+    os.environ.update(case_environment(case))  # before the case starts the backend
+    row = run_case(case, options, report_compiled, clock)
+    row = row.model_copy(update=allocator_fields(os.environ))  # as this process had it
     parent.send(Finished(row.model_dump(mode="json")))
     # Nothing is left to do: skip the interpreter's and JAX's teardown (a second or more).
     _exit()

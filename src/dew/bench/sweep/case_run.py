@@ -2,6 +2,7 @@
 
 preset case -> its model config -> Trainer -> ahead-of-time compile (timed) -> FLOPs from
 the optimized HLO (dew.telemetry; the custom calls it could not count, with their number)
+and its fingerprint (what the compiler chose; either failing is said in `flops_error`)
 -> init -> dew.bench.sweep.timing's windows -> the GPU window (below) -> allocator peak
 -> one `StepRow`. The row is built phase by phase in a `Figures`, a typed object: a
 misspelt field fails at the line that writes it, and whatever was measured before a
@@ -61,6 +62,8 @@ class Figures:
     gflop_per_step: float | None = None
     uncounted_custom_calls: dict[str, int] | None = None
     cost_analysis_gflop: float | None = None
+    flops_error: str | None = None
+    fingerprint: dict[str, str] | None = None  # plain JSON: on_compiled's fields cross a pipe
     compiler_peak_gib: float | None = None
     # measure: the timed windows, the allocator peak, the GPU window, the final loss
     ms_per_step: float | None = None
@@ -127,7 +130,6 @@ def prepare(
     """Build the Trainer for a case and compile its step; writes `figures` as it learns them
     (so a failure later in the case still reports what was measured) and times each phase
     on `clock`."""
-    from dew.telemetry.instrumentation import compiled_flop_count, cost_analysis_flops
     from dew.telemetry.memory import compiler_memory
     from dew.train.mesh import MeshSpec
     from dew.train.trainer import DEFAULT_CACHE, Trainer
@@ -162,11 +164,7 @@ def prepare(
     figures.compile_s = trainer.compile_seconds  # the real compile's (whole s from the cache)
     figures.load_s = trainer.load_seconds
     with clock.phase("flop_count"):
-        flops = flop_figures(compiled_flop_count(compiled))  # Trainer.flops reads it
-        figures.gflop_per_step = flops["gflop_per_step"]
-        figures.uncounted_custom_calls = flops["uncounted_custom_calls"]
-        cost = cost_analysis_flops(compiled)
-        figures.cost_analysis_gflop = cost / 1e9 if cost is not None else None
+        label_program(compiled, figures)
         peak = compiler_memory(compiled)["peak_bytes"]
         figures.compiler_peak_gib = peak / GIB if peak is not None else None
     tokens = config.seq_len if config.objective in LM_OBJECTIVES else None
@@ -175,6 +173,32 @@ def prepare(
     with clock.phase("init"):
         state, batch = block((trainer.init(), trainer.put_batch(host_batch)))
     return Prepared(case, trainer, state, batch, figures, tokens)
+
+
+def label_program(compiled, figures: Figures) -> None:
+    """The FLOPs, cost analysis and fingerprint of the compiled step: labels, not what the
+    row measures. One that fails (HLO the counter cannot be exact about, e.g. a while loop
+    without a known trip count) stays null, `flops_error` says why, and the case is timed."""
+    from dew.telemetry.fingerprint import compiled_fingerprint
+    from dew.telemetry.instrumentation import compiled_flop_count, cost_analysis_flops
+
+    errors = []
+    try:
+        flops = flop_figures(compiled_flop_count(compiled))  # Trainer.flops reads it
+        figures.gflop_per_step = flops["gflop_per_step"]
+        figures.uncounted_custom_calls = flops["uncounted_custom_calls"]
+    except Exception as failed:  # HloParseError, or whatever else this program meets
+        errors.append(f"FLOP count failed: {one_line(failed)}")
+    try:
+        cost = cost_analysis_flops(compiled)
+        figures.cost_analysis_gflop = cost / 1e9 if cost is not None else None
+    except Exception as failed:
+        errors.append(f"cost analysis failed: {one_line(failed)}")
+    try:
+        figures.fingerprint = compiled_fingerprint(compiled).as_dict()
+    except Exception as failed:
+        errors.append(f"fingerprint failed: {one_line(failed)}")
+    figures.flops_error = "; ".join(errors) or None
 
 
 def flop_figures(count) -> dict[str, Any]:
@@ -196,6 +220,7 @@ def measure(
 
     from dew.telemetry.instrumentation import mfu
     from dew.telemetry.memory import peak_bytes_in_use
+    from dew.telemetry.peaks import no_peak_reason
 
     clock = clock or PhaseClock()
     state, metrics, timings = time_steps(
@@ -213,6 +238,7 @@ def measure(
     figures.p10_ms, figures.p50_ms = spread["p10_ms"], spread["p50_ms"]
     figures.p90_ms = spread["p90_ms"]
     repeat = step_repeat(timings.ms_per_step, timings.synced_ms, figures.compile_s)
+    repeat.fingerprint = figures.fingerprint  # what its compile made (validated here)
     figures.repeats = [repeat]
     figures.samples_per_s = batch / step_s
     if prepared.tokens_per_sample:
@@ -221,6 +247,7 @@ def measure(
     flops = figures.gflop_per_step  # per device, like the peak it is divided by
     kind = devices[0].device_kind
     figures.util = mfu(flops * 1e9 if flops is not None else None, step_s, kind)
+    figures.note = no_peak_reason(kind)  # a MIG slice: util null, and why
     local = [d for d in devices if d.process_index == jax.process_index()]
     peaks = [peak_bytes_in_use(d) for d in local]
     figures.peak_gib = max(peaks) / GIB if None not in peaks else None
@@ -233,7 +260,7 @@ def measure(
     figures.loss = loss if math.isfinite(loss) else None
     figures.loss_finite = math.isfinite(loss)
     if not math.isfinite(loss):  # the timing stands; the row says the model diverged
-        figures.note = f"the final loss is {loss}"
+        figures.note = "; ".join(filter(None, [figures.note, f"the final loss is {loss}"]))
 
     if options.profile_dir:
         directory = Path(options.profile_dir) / profile_name(prepared.case)

@@ -46,6 +46,12 @@ class Case(Config):
     model: dict[str, Any] = pydantic.Field(
         default_factory=dict, description="overrides of the model config's fields"
     )
+    xla_preallocate: bool | None = pydantic.Field(
+        default=None,
+        description="XLA_PYTHON_CLIENT_PREALLOCATE in this case's own process, set there "
+        "before its backend starts (None: the run's environment decides); the row says "
+        "which setting ran (StepRow.xla_preallocate)",
+    )
 
     def row_fields(self) -> dict[str, Any]:
         """The StepRow fields that say which case a row is (its identity, no figures)."""
@@ -105,7 +111,10 @@ class Preset:
 
 
 # The published table's rows (batch and sample as published), then the small preset's
-# architectures the tables have no row for, then the MoE case of the decoder.
+# architectures the tables have no row for, then the MoE case of the decoder. The MoE
+# step asks for one 4.5 GiB buffer, which XLA's allocator grown on demand cannot place
+# (RESOURCE_EXHAUSTED on the RTX 4080 under XLA_PYTHON_CLIENT_PREALLOCATE=false, the
+# seed's rerun): its process preallocates whatever the run's environment says.
 _SMALL_BATCHES = {
     "unet": 16,
     "uvit": 16,
@@ -130,7 +139,7 @@ SMALL = Preset(
     name="small",
     cases=(
         *(Case(architecture=name, batch=batch) for name, batch in _SMALL_BATCHES.items()),
-        Case(architecture="causal_transformer", batch=16, moe=True),
+        Case(architecture="causal_transformer", batch=16, moe=True, xla_preallocate=True),
     ),
     mesh={"fsdp": 1},
     description="the published table: one device, published batch and sample",

@@ -82,6 +82,9 @@ def check_same_measurement(
                 f"--resume: {path} was measured with {name}={then!r}, this run has "
                 f"{now[name]!r}; rerun with the same settings or write a new --json-out"
             )
+    from dew.bench.sweep.locked_clocks import check_resume
+
+    check_resume(previous.environment, environment, path)  # the same --lock-clocks
     dumped = [env.model_dump(mode="json") for env in (previous.environment, environment)]
     for what, then, here in stack_identity(*dumped):
         if then != here:
@@ -132,13 +135,15 @@ def run(
     warnings: Sequence[str] = (),
     log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
     progress: Progress | None = None,
+    locked_clocks: Any = None,
 ) -> BenchmarkRun:
     """Run every case `options.repeats` times, in rounds (every case once per round, so
     drift spreads over all of them); write the record after every row; return it.
 
     Each round runs in waves (dew.bench.sweep.waves): up to `options.compile_jobs` cases compile
     at once, then the compiled ones are timed one at a time. `progress` (dew.bench.runtime.progress)
-    shows the cases' phases; every row's result line goes to it, or to `log` without it."""
+    shows the cases' phases; every row's result line goes to it, or to `log` without it.
+    `locked_clocks`: the cards' locks (dew.bench.sweep.locked_clocks), for the environment."""
     from dew.bench.multihost import combine as multihost
     from dew.bench.record.capture import capture
     from dew.train.distributed import process_count, process_index
@@ -148,6 +153,7 @@ def run(
     processes = process_count()
     leader = process_index() == 0
     environment = capture(processes=multihost.process_table() if processes > 1 else None)
+    environment = environment.model_copy(update={"locked_clocks": locked_clocks})
     previous = read_previous(json_out) if resume and json_out and _exists(json_out) else None
     if previous is not None:
         check_same_measurement(previous, options, environment, json_out)

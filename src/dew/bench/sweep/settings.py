@@ -10,6 +10,7 @@ place. Field docstrings are the flags' help.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import MutableMapping, Sequence
 from typing import Any, Literal
 
@@ -66,6 +67,10 @@ class Options:
     """attention implementation for every case that does not set its own"""
     profile_dir: str | None = None
     """write a jax.profiler trace of a few extra steps per case here"""
+    log_dir: str | None = None
+    """keep each case's process log (its stdout and stderr: XLA's, ptxas', cuDNN's and the
+    autotuner's warnings) here as <case>-<n>.log, n its repeat; default: beside --json-out
+    in <record name without .json>.logs/ (none without --json-out); 'off': none kept"""
     case_timeout: float | None = None
     """seconds each phase of a case's process may take (its compile, its timing) before it
     is killed and its row fails; default: 30 min to compile (more with more compile jobs
@@ -102,6 +107,18 @@ def case_deadlines(options: Options) -> tuple[float, float]:
     shared = max(1.0, (options.compile_jobs or 1) / hostprobe.cores())
     per_steps = max(1.0, options.steps / TIMED_STEPS)
     return protocol.COMPILE_S * shared, protocol.TIMED_S * per_steps
+
+
+def case_log_dir(log_dir: str | None, json_out: str | None) -> str | None:
+    """Where the cases' logs are kept: --log-dir, else beside the record (`step.json`:
+    `step.logs/`); None (not kept) with --log-dir off or without a record."""
+    if log_dir == CACHE_OFF:
+        return None
+    if log_dir is None and json_out:
+        name = os.path.basename(json_out)
+        stem = name[: -len(".json")] if name.endswith(".json") else name
+        return os.path.join(os.path.dirname(json_out), f"{stem}.logs")
+    return log_dir
 
 
 def settings_record(options: Options, cases: Sequence[Case]) -> Settings:

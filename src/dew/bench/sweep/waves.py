@@ -65,6 +65,7 @@ def run_round(
     pending = list(items)
     size = wave_size(len(pending), jobs)
     waiting: list[tuple[int, Case, CaseProcess, float]] = []
+    timing: CaseProcess | None = None  # the case being timed
     try:
         while pending:
             waiting = _compile_stage(pending, options, jobs, size, on_row, progress)
@@ -72,15 +73,18 @@ def run_round(
             if waiting:
                 before_timing()
             while waiting:
-                index, case, child, compile_seconds = waiting.pop(0)
+                index, case, timing, compile_seconds = waiting.pop(0)
                 progress.set(index, "timing")
                 start = time.perf_counter()
-                row = child.go()
+                row = timing.go()
+                timing = None
                 seconds = compile_seconds + time.perf_counter() - start
                 _report(on_row, progress, index, case, row, seconds)
-    finally:  # an error or Ctrl-C: no child outlives the round
+    finally:  # an error or Ctrl-C: no child outlives the round (and each keeps its log)
         for *_, child, _ in waiting:
             child.kill()
+        if timing is not None:
+            timing.kill()
 
 
 def wave_size(cases: int, jobs: int) -> int:

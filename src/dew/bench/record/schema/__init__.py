@@ -60,6 +60,7 @@ from dew.bench.record.schema.rows import (
     PHASES,
     DataRepeat,
     DataRow,
+    Fingerprint,
     GpuTelemetry,
     GpuWindow,
     Interval,
@@ -73,7 +74,8 @@ from dew.bench.record.schema.rows import (
 __all__ = [
     "ENV_FLAG_PREFIXES", "EXCLUDED_FLAG_PREFIXES", "SCHEMA_VERSION", "SECRET_NAME_PATTERN",
     "BenchmarkRun", "Code", "Container", "DataRepeat", "DataRow", "Devices", "Environment",
-    "GpuInfo", "GpuReading", "GpuTelemetry", "GpuWindow", "Host", "IdleCheck", "Interval",
+    "Fingerprint", "GpuInfo", "GpuReading", "GpuTelemetry", "GpuWindow", "Host", "IdleCheck",
+    "Interval",
     "JsonScalar", "NonNegFloat", "NonNegInt", "PHASES", "Phase", "ProcessInfo", "ProcessReading",
     "Record", "Row", "Scheduler", "Settings", "StepRepeat", "StepRow", "dump_run", "export",
     "is_recordable_env_flag", "json_schemas", "read_run", "write_run",

@@ -120,6 +120,40 @@ class GpuInfo(Record):
     )
 
 
+class LockedCard(Record):
+    """One card's clocks as --lock-clocks locked them (dew.telemetry.clocks)."""
+
+    index: NonNegInt = Field(description="NVML's index (PCI order), not CUDA's ordinal")
+    uuid: str | None = None
+    sm_clock_mhz: NonNegInt | None = Field(
+        default=None,
+        description="the SM clock locked (as min and max): max's MHz; null under base, "
+        "locked to the card's TDP (base) clock by NVML_CLOCK_LIMIT_ID_TDP, which names no MHz",
+    )
+    memory_clock_mhz: NonNegInt | None = Field(
+        default=None,
+        description="the memory clock locked; null where it was not (`note` says why)",
+    )
+    sm_clock_read_mhz: NonNegInt | None = Field(
+        default=None, description="the SM clock NVML read right after the lock"
+    )
+    memory_clock_read_mhz: NonNegInt | None = Field(
+        default=None, description="the memory clock NVML read right after the lock"
+    )
+    note: str | None = None
+
+
+class LockedClocks(Record):
+    """The clocks --lock-clocks base|max held still for the run's cases."""
+
+    mode: Literal["base", "max"]
+    cards: list[LockedCard]
+    restored: bool = Field(
+        description="whether the run reset the locks before it ended; false in a record "
+        "last written while they held (a run killed with kill -9 leaves them locked)"
+    )
+
+
 class Environment(Record):
     host: Host | None
     devices: Devices | None
@@ -141,6 +175,11 @@ class Environment(Record):
     processes: list[ProcessInfo] | None = None
     scheduler: Scheduler | None = None
     gpus: list[GpuInfo] | None = Field(default=None, description="NVIDIA cards (NVML)")
+    locked_clocks: LockedClocks | None = Field(
+        default=None,
+        description="the cards' clocks as --lock-clocks locked them for the cases; null: "
+        "not locked by the run (--lock-clocks off, or a record from before the flag)",
+    )
 
     @pydantic.field_validator("env_flags")
     @classmethod

@@ -34,7 +34,8 @@ PHASES = (
     "trace_lower",  # the Trainer built (model traced for its shapes) and the step lowered
     "compile",  # XLA's compile of the step (a real one: not a load from the cache)
     "load",  # the step's executable read from the persistent compilation cache
-    "flop_count",  # the FLOP count of the optimized HLO, cost analysis, compiler memory
+    "flop_count",  # the FLOP count and fingerprint of the optimized HLO, cost analysis,
+    # compiler memory
     "init",  # the initial state (its own jit) and the batch on the devices
     "warmup",
     "timed",  # the dispatch window and the synced window
@@ -49,6 +50,21 @@ class Phase(Record):
     name: Literal[PHASES]  # type: ignore[valid-type]
     start: NonNegFloat = Field(description="Unix time (s) when the phase began")
     seconds: NonNegFloat
+
+
+class Fingerprint(Record):
+    """What the compiler made of a step case (dew.telemetry.fingerprint): two digests of
+    its optimized HLO, so that two compiles can be told apart as another program or the
+    same program with other kernels (docs/conventions.md)."""
+
+    program: str = Field(
+        description="sha256 (16 hex digits) of the optimized HLO without source locations, "
+        "module name and backend configs"
+    )
+    kernels: str = Field(
+        description="sha256 (16 hex digits) of its backend configs in program order: on a "
+        "GPU the autotuner's choices (cuBLAS algorithms, Triton tiles, cuDNN plans)"
+    )
 
 
 class StepRepeat(Record):
@@ -68,6 +84,15 @@ class StepRepeat(Record):
     )
     phases: list[Phase] | None = Field(
         default=None, description="where this repeat's time went (schema 3)"
+    )
+    fingerprint: Fingerprint | None = Field(
+        default=None, description="what this repeat's compile made; null: not recorded"
+    )
+    log: str | None = Field(
+        default=None,
+        description="this repeat's process log (stdout and stderr: XLA's, ptxas', cuDNN's "
+        "warnings), a file in the record's settings.options.log_dir (an absolute path where "
+        "it could not be moved there, e.g. a full disk); null when not kept",
     )
 
 
@@ -197,9 +222,30 @@ class StepRow(_Row):
         description="custom-call target -> executions per step that the FLOP count could "
         "not count (counted as 0); {} when there are none, null when not counted",
     )
+    flops_error: str | None = Field(
+        default=None,
+        description="why gflop_per_step, cost_analysis_gflop or the fingerprint is null: "
+        "its count failed on this program ('FLOP count failed: ...'); the row was still timed",
+    )
+    fingerprint: Fingerprint | None = Field(
+        default=None,
+        description="the compiled program's fingerprint when every repeat shares it; null "
+        "when they differ (each repeat has its own) or it was not recorded",
+    )
     gpu: GpuTelemetry | None = Field(
         default=None,
         description="NVML readings; null fields with the reason in gpu.note off an NVIDIA GPU",
+    )
+    xla_preallocate: bool | None = Field(
+        default=None,
+        description="whether XLA's GPU client took its memory fraction up front in the "
+        "case's process (XLA_PYTHON_CLIENT_PREALLOCATE as that process had it; unset is "
+        "true); the CPU client ignores it; null when not read (in-process cases)",
+    )
+    xla_mem_fraction: Annotated[float, Field(gt=0, le=1)] | None = Field(
+        default=None,
+        description="XLA_PYTHON_CLIENT_MEM_FRACTION (or XLA_CLIENT_MEM_FRACTION) in the "
+        "case's process; null when unset (XLA's default, 0.75) or not read",
     )
     warnings: list[str] = Field(default_factory=list, description="noise warnings")
     status: Literal["ok", "failed"]
