@@ -1,30 +1,38 @@
 """The first run of dew on an NVIDIA GPU host that has jax+CUDA but no container engine
 and no package index (docs/gpu-first-run.md says how to carry the wheels and why these).
 
-    python scripts/first_gpu_run.py [--out DIR] [--wheels DIR] [--budget-s 600]
+    python scripts/first_gpu_run.py [--out DIR] [--wheels DIR] [--budget-s 480]
         [--platform cuda|cpu] [--preset small|cpu-smoke] [--architectures A B ...]
-        [--steps N] [--no-install]
+        [--steps N] [--repeats 3] [--commit SHA] [--no-install]
 
 In order, everything under one output directory (new; default results/runs/<stamp>-first-
-gpu-run-<host>):
+gpu-run-<host>), every stage with a timeout from what is left of the budget (an overrun
+still leaves the tables written so far, and time for a rerun inside the command's limit):
   1. install dew's dependencies the host lacks, at the pins of locks/cuda13.txt, from the
      carried wheels (`pip install --no-index --no-deps --target OUT/site`): nothing of the
      host's Python is changed, and jax, jaxlib, flax, optax, numpy, scipy stay the host's;
-  2. the step benchmark over the preset, one process per case, compilation cache in OUT,
-     idle and GPU checks in warn mode (step.json, step.md, step.log); cut at the time
-     budget, keeping every row written so far (the record is rewritten after each row);
+  2. the step benchmark over the cases that fit the step stage's share of the budget
+     (scripts/first_gpu_cases.py: the published rows, cheapest first, and on CUDA one with
+     attention_impl cudnn; cases.md says which were chosen and which left out, and why),
+     each --repeats times in a fresh process (a fresh compile each: no compilation cache),
+     --lock-clocks max where permitted (root, CUDA), idle and GPU checks in warn mode
+     (step.json, step.md, step.log, each case's log in step.logs/); cut at its timeout,
+     keeping every row written so far (the record is rewritten after each row);
   3. the loader on a synthetic ArrayRecord set at the models' image size, workers 0 and 8,
      against the step record (data-workers-*.json/md);
   4. compare against the published record sharing the most rows (compare.md: the stack
-     differences, e.g. jax 0.11.2 against 0.11.1, then per row the ratios);
-  5. validate every record; 6. gpu.md: per row the GPU readings and the synced step time
-     without the sampler (p50) and with it (the GPU window's p50).
+     differences, e.g. jax 0.11.2 against 0.11.1, then per row the ratios and verdicts);
+  5. validate every record; 6. gpu.md (per row the GPU window's readings and the synced
+     step time without and with the sampler, the allocator setting), fingerprints.md (per
+     repeat what the compiler chose), summary.md, and report.md: all of them in one file.
 
 --platform cpu (with --preset cpu-smoke) runs the same stages on CPU: the check a machine
-without a GPU can make. Exit 0: every stage ran and every row is ok (a compare that finds a
-difference is a finding, not a failure); 1: a stage or a row failed, or the budget cut the
-run; 2: bad input (a flag, an existing --out, missing wheels), one line. Imports nothing
-but the standard library: it runs before dew's dependencies are there.
+without a GPU can make. A checkout without .git (a copied working tree) needs --commit:
+the records name it (DEW_COMMIT, passed to every stage). Exit 0: every stage ran and every
+row is ok (a compare that finds a difference is a finding, not a failure); 1: a stage or a
+row failed, or the budget cut a stage; 2: bad input (a flag, an existing --out, missing
+wheels, no .git and no --commit), one line. Imports nothing but the standard library: it
+runs before dew's dependencies are there.
 """
 
 from __future__ import annotations
@@ -44,30 +52,29 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # its modules, standard library only
+import first_gpu_cases as plan  # noqa: E402
+from first_gpu_install import UsageError, install, plan_install  # noqa: E402
+
 PROG = "first_gpu_run"
 REPO = Path(__file__).resolve().parents[1]
-LOCK = REPO / "locks" / "cuda13.txt"
-# What dew needs beyond what a jax+CUDA host has (jax, jaxlib, flax, optax, numpy, scipy
-# and their own dependencies: absl-py, etils, protobuf, rich, msgpack, pyyaml, ...).
-CARRIED = (
-    "pydantic", "pydantic-core", "annotated-types", "typing-inspection", "typing-extensions",
-    "tyro", "docstring-parser", "typeguard",
-    "grain", "array-record", "cloudpickle", "portpicker",
-    "nvidia-ml-py", "psutil", "pillow", "tokenizers", "ftfy", "wcwidth",
-)  # fmt: skip
+PUBLISHED = REPO / "results" / "published"
 PRESET_IMAGE_SIZE = {"small": 64, "cpu-smoke": 16}
-RESERVED_S = 120  # the loader, compare, validate and the summary after the step run
+# Each stage after the step benchmark: its timeout at most (seconds). Their sum is kept
+# back from the step stage, so that an overrun there still leaves them their time.
+AFTER_STEP_S = {"prepare": 30, "loader 0": 40, "loader 8": 40, "compare": 30, "validate": 20}
+PROBE_S = 60
+TERM_GRACE_S = 10  # a tool past its timeout gets SIGTERM (it ends its children), then KILL
 FLAGS = ("--out", "--wheels", "--budget-s", "--platform", "--preset", "--architectures")
-FLAGS += ("--steps", "--no-install", "--help")
-
-
-class UsageError(Exception):
-    """Bad input: one line, exit 2."""
+FLAGS += ("--steps", "--repeats", "--commit", "--no-install", "--help")
+TABLES = ("summary.md", "cases.md", "step.md", "fingerprints.md", "gpu.md", "compare.md")
+TABLES += ("data-workers-0.md", "data-workers-8.md")
 
 
 def parse(argv: list[str]) -> dict:
-    args = {"out": None, "wheels": str(REPO / "wheels"), "budget_s": 600.0, "platform": "cuda"}
+    args = {"out": None, "wheels": str(REPO / "wheels"), "budget_s": 480.0, "platform": "cuda"}
     args |= {"preset": "small", "architectures": [], "steps": None, "install": True}
+    args |= {"repeats": "3", "commit": None}
     index = 0
     while index < len(argv):
         token = argv[index]
@@ -111,12 +118,14 @@ def check(args: dict) -> dict:
         raise UsageError(f"--budget-s {args['budget_s']!r} is not a number of seconds") from None
     if not 60 <= args["budget_s"] <= 86400:  # a NaN fails this too
         raise UsageError(f"--budget-s must be 60..86400 seconds (got {args['budget_s']:g})")
-    if args["steps"] is not None:
-        if not str(args["steps"]).isdigit() or int(args["steps"]) < 1:
-            raise UsageError(f"--steps must be a whole number >= 1 (got {args['steps']!r})")
-        args["steps"] = int(args["steps"])
+    for name in ("steps", "repeats"):
+        if args[name] is not None:
+            if not str(args[name]).isdigit() or int(args[name]) < 1:
+                raise UsageError(f"--{name} must be a whole number >= 1 (got {args[name]!r})")
+            args[name] = int(args[name])
     if args["platform"] == "cuda" and args["preset"] == "cpu-smoke":
         raise UsageError("--preset cpu-smoke runs on CPU: pass --platform cpu with it")
+    args["commit"] = check_commit(REPO, args["commit"])
     if sys.version_info < (3, 12):  # noqa: UP036  # the host's python, not ours: say so
         raise UsageError(f"dew needs Python 3.12 or newer; this is {sys.version.split()[0]}")
     if importlib.util.find_spec("jax") is None:
@@ -140,69 +149,17 @@ def check(args: dict) -> dict:
     return args
 
 
-# --- 1. the dependencies -------------------------------------------------------------------
-
-
-def pins() -> dict[str, str]:
-    """distribution -> version, from the CUDA 13 lock (the stack the published runs use)."""
-    found = {}
-    for line in LOCK.read_text().splitlines():
-        match = re.match(r"([A-Za-z0-9_.\-]+)==([^\s;\\]+)", line)
-        if match:
-            found[match.group(1).lower()] = match.group(2)
-    return found
-
-
-def missing_distributions() -> list[str]:
-    """`name==pin` of each carried distribution the host does not have at its pin."""
-    locked = pins()
-    wanted = []
-    for name in CARRIED:
-        try:
-            have = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            have = None
-        if have != locked[name]:
-            wanted.append(f"{name}=={locked[name]}")
-    return wanted
-
-
-def plan_install(args: dict) -> list[str]:
-    """`name==pin` of what to install; refuses (one line) when --wheels cannot supply it."""
-    wanted = missing_distributions()
-    wheels = Path(args["wheels"])
-    if wanted and not wheels.is_dir():
+def check_commit(repo: Path, commit: str | None) -> str | None:
+    """The commit the records name where the checkout cannot (no .git: a copied tree)."""
+    if commit is not None and not re.fullmatch(r"[0-9a-fA-F]{7,40}", commit):
+        raise UsageError(f"--commit {commit!r} is not a commit SHA (7 to 40 hex digits)")
+    if commit is None and not (repo / ".git").exists():
         raise UsageError(
-            f"--wheels {wheels} is not a directory; the host lacks {', '.join(wanted)}: "
-            "fetch them as docs/gpu-first-run.md says (pip download --no-deps -d wheels/ ...)"
+            f"{repo} has no .git and no --commit was given: pass --commit SHA, the commit "
+            "this tree was copied from (git rev-parse HEAD where it has .git), so the "
+            "records name it"
         )
-    have = {_wheel_key(p.name) for p in wheels.glob("*.whl")} if wanted else set()
-    absent = [w for w in wanted if tuple(w.lower().split("==")) not in have]
-    if absent:
-        raise UsageError(f"--wheels {wheels} lacks {', '.join(absent)} (docs/gpu-first-run.md)")
-    return wanted
-
-
-def install(args: dict, log) -> list[str]:
-    """pip-install the planned wheels into OUT/site; returns what was installed."""
-    wanted = args["wanted"]
-    if not wanted:
-        log("every carried dependency is already installed at its pin: nothing to install")
-        return []
-    command = [sys.executable, "-m", "pip", "install", "--no-index", "--no-deps"]
-    command += ["--find-links", str(args["wheels"]), "--target", str(args["out"] / "site")]
-    log("installing " + " ".join(wanted))
-    done = subprocess.run([*command, *wanted], capture_output=True, text=True)
-    (args["out"] / "install.log").write_text(done.stdout + done.stderr)
-    if done.returncode != 0:
-        lines = [line for line in done.stderr.splitlines() if line.strip()]
-        raise UsageError(f"pip could not install the wheels: {lines[-1] if lines else '?'}")
-    return wanted
-
-
-def _wheel_key(filename: str) -> tuple[str, str]:
-    name, version = filename.split("-")[:2]
-    return name.lower().replace("_", "-"), version
+    return commit
 
 
 # --- 2-5. the tools ------------------------------------------------------------------------
@@ -213,19 +170,26 @@ def environment(args: dict) -> dict[str, str]:
     paths = [str(REPO / "src"), str(args["out"] / "site"), env.get("PYTHONPATH", "")]
     env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     env["JAX_PLATFORMS"] = args["platform"]
+    env["PYTHONUNBUFFERED"] = "1"
+    if args["commit"]:  # dew.bench.record.capture reads it where there is no .git
+        env["DEW_COMMIT"] = args["commit"]
+    if args["platform"] == "cuda":  # the seed's rerun and bench-gpu: each row says which ran
+        env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+        env.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.8")
     if args["preset"] == "cpu-smoke" and "device_count" not in env.get("XLA_FLAGS", ""):
         env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} "
         env["XLA_FLAGS"] += "--xla_force_host_platform_device_count=8"
     return env
 
 
-def tool(args, name: str, argv: list[str], *, timeout=None, env=None, table=None) -> int:
+def tool(args, name: str, argv: list[str], *, timeout: float, env=None, table=None) -> int:
     """Run a tool from the checkout: its stdout into OUT/`table` (then shown), its stderr
-    shown as it comes and kept in OUT/<name>.log. Past `timeout` the tool and its children
-    are killed (returns 124)."""
+    shown as it comes and kept in OUT/<name>.log. Past `timeout` the tool gets SIGTERM (it
+    ends its children and keeps its record), its process group SIGKILL TERM_GRACE_S later;
+    returns 124 then."""
     out: Path = args["out"]
     command = [sys.executable, *argv]
-    print(f"$ {' '.join(command)}", file=sys.stderr, flush=True)
+    print(f"$ {' '.join(command)}  (timeout {timeout:.0f} s)", file=sys.stderr, flush=True)
     stdout_path = out / (table or f"{name}.out")
     with open(stdout_path, "w") as stdout, open(out / f"{name}.log", "w") as log:
         process = subprocess.Popen(
@@ -243,18 +207,84 @@ def tool(args, name: str, argv: list[str], *, timeout=None, env=None, table=None
         try:
             code = process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)  # the case's child with it
+            _signal(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=TERM_GRACE_S)
+            except subprocess.TimeoutExpired:
+                pass
+            _signal(process.pid, signal.SIGKILL)  # whatever of its group is left
             process.wait()
             code = 124
-        reader.join()
+        reader.join(timeout=5)
     print(stdout_path.read_text(), end="", flush=True)
     return code
 
 
-def run(args: dict) -> int:
-    started = time.monotonic()
+def _signal(group: int, sig: int) -> None:
+    try:
+        os.killpg(group, sig)
+    except ProcessLookupError:
+        pass
+
+
+class Budget:
+    """The run's seconds: what is left, and each stage's timeout from it."""
+
+    def __init__(self, seconds: float):
+        self.seconds, self.started = seconds, time.monotonic()
+
+    def left(self, keep: float = 0.0) -> float:
+        """Seconds left once `keep` is held back for the stages after this one."""
+        return self.seconds - (time.monotonic() - self.started) - keep
+
+    def spent(self) -> float:
+        return time.monotonic() - self.started
+
+
+def verdict(code: int, ok: str = "ok") -> str:
+    return {0: ok, 124: "cut at its timeout"}.get(code, f"exit {code}")
+
+
+def lock_clocks(args: dict) -> tuple[list[str], str]:
+    """--lock-clocks max where this host permits it (root, CUDA, a tool that has the flag),
+    else no flag and why."""
+    if args["platform"] != "cuda":
+        return [], "skipped: no GPU clocks to lock on CPU"
+    if os.geteuid() != 0:
+        return [], "skipped: locking the clocks needs root"
+    tool_text = (REPO / "src/dew/bench/sweep/settings.py").read_text()
+    tool_text += (REPO / "src/dew/bench/sweep/benchmark_step.py").read_text()
+    if "lock_clocks" not in tool_text:
+        return [], "skipped: this checkout's benchmark_step has no --lock-clocks"
+    return ["--lock-clocks", "max"], "--lock-clocks max (the step stage; restored after it)"
+
+
+def step_cases(args: dict, seconds: float) -> tuple[list[str], str]:
+    """The step benchmark's case flags and the stage's line on them; writes cases.md."""
     out: Path = args["out"]
-    stages: list[tuple[str, str]] = []
+    if args["preset"] != "small":
+        named = " ".join(args["architectures"]) or "every case"
+        (out / "cases.md").write_text(f"{args['preset']}: {named}, as asked (no published "
+                                      "figures to choose by)\n")  # fmt: skip
+        flags = ["--architectures", *args["architectures"]] if args["architectures"] else []
+        return flags, f"{named} as asked"
+    figures = plan.published_figures(PUBLISHED)
+    chosen, left_out = plan.choose(
+        figures, seconds, repeats=args["repeats"], steps=args["steps"] or 100,
+        cudnn=args["platform"] == "cuda", architectures=args["architectures"] or None,
+    )  # fmt: skip
+    (out / "cases.md").write_text(plan.cases_table(chosen, left_out, figures, seconds))
+    line = f"{len(chosen)} chosen ({', '.join(e['label'] for e in chosen) or 'none'}); "
+    line += f"{len(left_out)} left out (cases.md says why)"
+    if not chosen:
+        return [], line
+    return ["--cases", json.dumps([entry["case"] for entry in chosen])], line
+
+
+def run(args: dict) -> int:
+    budget = Budget(args["budget_s"])
+    out: Path = args["out"]
+    stages: list[tuple[str, str, bool]] = []  # (stage, result, whether it is a failure)
 
     def log(line: str) -> None:
         print(f"{PROG}: {line}", file=sys.stderr, flush=True)
@@ -263,104 +293,113 @@ def run(args: dict) -> int:
     probe = "import dew.bench.sweep.benchmark_step, dew.bench.loader.benchmark_data"
     probe += ", dew.bench.analysis.compare, dew.bench.record.validate"
     probe += ", dew.data.pipeline, dew.telemetry.nvml"
-    done = subprocess.run([sys.executable, "-c", probe], env=environment(args), cwd=REPO,
-                          capture_output=True, text=True)  # fmt: skip
+    try:
+        done = subprocess.run([sys.executable, "-c", probe], env=environment(args), cwd=REPO,
+                              capture_output=True, text=True, timeout=PROBE_S)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise UsageError(f"dew did not import within {PROBE_S} s") from None
     if done.returncode != 0:
         last = [line for line in done.stderr.splitlines() if line.strip()][-1:] or ["?"]
         raise UsageError(f"dew does not import with these packages: {last[0]}")
-    stages.append(("install", f"ok ({len(installed)} installed into {out / 'site'})"))
+    stages.append(("install", f"ok ({len(installed)} installed into {out / 'site'})", False))
+    commit = f"{args['commit']} (--commit)" if args["commit"] else "from git"
+    stages.append(("commit", commit, False))
 
+    step_s = budget.left(keep=sum(AFTER_STEP_S.values()))
+    cases, chosen = step_cases(args, step_s)
+    stages.append(("cases", chosen, not cases and args["preset"] == "small"))
+    clocks, clocks_line = lock_clocks(args)
+    stages.append(("clocks", clocks_line, False))
     step = ["tools/benchmark_step.py", "--preset", args["preset"], "--format", "md"]
-    step += ["--json-out", str(out / "step.json"), "--compilation-cache-dir", str(out / "xla")]
-    step += ["--idle-check", "warn", "--gpu-check", "warn"]
+    step += ["--json-out", str(out / "step.json"), "--repeats", str(args["repeats"])]
+    # Repeats are fresh compiles (XLA's choices sampled); one repeat may use a cache.
+    cache = "off" if args["repeats"] > 1 else str(out / "xla")
+    step += ["--compilation-cache-dir", cache, "--idle-check", "warn", "--gpu-check", "warn"]
+    step += cases
     if args["steps"]:
         step += ["--steps", str(args["steps"])]
-    if args["architectures"]:
-        step += ["--architectures", *args["architectures"]]
-    left = args["budget_s"] - RESERVED_S - (time.monotonic() - started)
-    code = tool(args, "step", step, timeout=max(left, 30), table="step.md")
-    verdicts = {0: "ok", 1: "a case failed", 124: f"cut at the budget ({args['budget_s']:g} s)"}
-    stages.append(("step benchmark", verdicts.get(code, f"exit {code}")))
-    if not (out / "step.json").exists():
-        return summary(args, stages, started, failed=True)
+    code = tool(args, "step", step + clocks, timeout=max(step_s, 30), table="step.md")
+    if code == 2 and clocks and not (out / "step.json").exists():  # the lock refused: go on
+        refused = (out / "step.log").read_text().strip().splitlines()[-1:] or ["?"]
+        stages[-1] = ("clocks", f"refused, the step stage ran again without: {refused[0]}", True)
+        step_s = budget.left(keep=sum(AFTER_STEP_S.values()))
+        code = tool(args, "step", step, timeout=max(step_s, 30), table="step.md")
+    stages.append(("step benchmark", verdict(code) if code != 1 else "a case failed", code != 0))
+    record = None
+    if (out / "step.json").exists():
+        record = json.loads((out / "step.json").read_text())
+        (out / "fingerprints.md").write_text(plan.fingerprint_table(record))
+        (out / "gpu.md").write_text(plan.gpu_table(record))
+    after = dict(AFTER_STEP_S)
+
+    def timeout(stage: str) -> float | None:
+        """The stage's timeout, None (skipped) when the budget has not 5 s left for it."""
+        del after[stage]
+        seconds = min(AFTER_STEP_S[stage], budget.left(keep=sum(after.values())))
+        return seconds if seconds >= 5 else None
 
     data_dir = out / "synthetic-data"
     cpu = {**environment(args), "JAX_PLATFORMS": "cpu"}
-    code = tool(args, "prepare", ["tools/prepare_dataset.py", "--synthetic", "256", "--out",
-                                  str(data_dir)], env=cpu)  # fmt: skip
-    for workers in (0, 8):
-        if code != 0:
-            break
-        name = f"data-workers-{workers}"
-        loader = ["tools/benchmark_data.py", "data:synthetic-images", "--data.path", str(data_dir)]
-        loader += ["--batch", "8", "--data.image-size", str(PRESET_IMAGE_SIZE[args["preset"]])]
-        loader += ["--steps", "100", "--warmup", "5", "--data.loading.workers", str(workers)]
-        loader += ["--json-out", str(out / f"{name}.json"), "--against", str(out / "step.json")]
-        code = tool(args, name, loader, env=cpu, table=f"{name}.md")
-    stages.append(("loader", "ok" if code == 0 else f"exit {code}"))
+    said = "skipped: no step record" if record is None else None
+    for part in ("prepare", "loader 0", "loader 8"):
+        seconds = timeout(part)
+        if said is not None:
+            continue
+        if seconds is None:
+            said = f"{part}: skipped, no time left"
+            continue
+        if part == "prepare":
+            argv = ["tools/prepare_dataset.py", "--synthetic", "256", "--out", str(data_dir)]
+            code = tool(args, "prepare", argv, env=cpu, timeout=seconds)
+        else:
+            workers = part.split()[1]
+            name = f"data-workers-{workers}"
+            argv = ["tools/benchmark_data.py", "data:synthetic-images", "--data.path"]
+            argv += [str(data_dir), "--batch", "8", "--data.image-size"]
+            argv += [str(PRESET_IMAGE_SIZE[args["preset"]]), "--steps", "100", "--warmup", "5"]
+            argv += ["--data.loading.workers", workers, "--json-out", str(out / f"{name}.json")]
+            argv += ["--against", str(out / "step.json")]
+            code = tool(args, name, argv, env=cpu, table=f"{name}.md", timeout=seconds)
+        said = None if code == 0 else f"{part}: {verdict(code)}"
+    stages.append(("loader", said or "ok", said is not None))
     shutil.rmtree(data_dir, ignore_errors=True)  # made again in seconds: not worth keeping
 
-    compare = ["-m", "dew.bench.analysis.compare", str(out / "step.json"), "--format", "md"]
-    if importlib.util.find_spec("matplotlib") is not None:
-        compare += ["--plot", str(out / "compare.png")]
-    code = tool(args, "compare", compare, table="compare.md")
-    stages.append(("compare", {0: "ok: reproduced", 1: "ok: differences found"}.get(code,
-                                                                   f"exit {code}")))  # fmt: skip
+    seconds = timeout("compare")
+    if record is not None and seconds is not None:
+        compare = ["-m", "dew.bench.analysis.compare", str(out / "step.json"), "--format", "md"]
+        code = tool(args, "compare", compare, table="compare.md", timeout=seconds)
+        said = {0: "ok: reproduced", 1: "ok: differences found"}.get(code, verdict(code))
+        stages.append(("compare", f"{said}{plan.compare_verdicts(out / 'compare.md')}",
+                       code not in (0, 1)))  # fmt: skip
+    else:
+        stages.append(("compare", "skipped: no step record or no time left", True))
     records = sorted(str(p) for p in out.glob("*.json"))
-    code = tool(args, "validate", ["-m", "dew.bench.record.validate", *records])
-    stages.append(("validate", "ok" if code == 0 else f"exit {code}"))
-    (out / "gpu.md").write_text(gpu_table(json.loads((out / "step.json").read_text())))
-    print((out / "gpu.md").read_text())
-    failed = any(not verdict.startswith("ok") for _, verdict in stages)
-    return summary(args, stages, started, failed=failed)
+    seconds = timeout("validate")
+    if records and seconds is not None:
+        code = tool(args, "validate", ["-m", "dew.bench.record.validate", *records],
+                    timeout=seconds)  # fmt: skip
+        stages.append(("validate", verdict(code), code != 0))
+    else:
+        stages.append(("validate", "skipped: no record or no time left", True))
+    for name in ("fingerprints.md", "gpu.md"):
+        if (out / name).exists():
+            print(f"\n## {name}\n\n{(out / name).read_text()}", end="")
+    return summary(args, stages, budget)
 
 
-def _fmt(value, digits: int = 1) -> str:
-    return "—" if value is None else f"{value:.{digits}f}"
-
-
-GPU_HEADERS = (
-    "row", "p50 ms", "p50 ms sampled", "change", "SM MHz min/median", "mem MHz", "max °C",
-    "W (mean)", "J/step", "samples/kJ", "reasons (GPU 0)", "uncounted custom calls",
-)  # fmt: skip
-
-
-def gpu_table(record: dict) -> str:
-    """Per row: the synced p50 without and with the sampler, and the first card's readings
-    (every card is in step.json)."""
-    lines = ["| " + " | ".join(GPU_HEADERS) + " |", "|" + "---|" * len(GPU_HEADERS)]
-    for row in record["rows"]:
-        gpu = row.get("gpu") or {}
-        card = (gpu.get("gpus") or [{}])[0]
-        plain, sampled = row.get("p50_ms"), gpu.get("p50_ms")
-        calls = row.get("uncounted_custom_calls")
-        cells = [
-            row["architecture"] + (" (moe)" if (row.get("case") or {}).get("moe") else ""),
-            _fmt(plain, 2),
-            _fmt(sampled, 2),
-            f"{(sampled / plain - 1) * 100:+.1f}%" if plain and sampled else "—",
-            f"{_fmt(card.get('sm_clock_mhz_min'), 0)}/{_fmt(card.get('sm_clock_mhz_median'), 0)}",
-            _fmt(card.get("memory_clock_mhz_median"), 0),
-            _fmt(card.get("temperature_c_max"), 0),
-            _fmt(card.get("power_w_mean")),
-            _fmt(gpu.get("joules_per_step"), 3),
-            _fmt(gpu.get("samples_per_kj")),
-            ", ".join(card.get("clocks_event_reasons") or []) or gpu.get("note") or "—",
-            ", ".join(f"{k} x{v}" for k, v in calls.items()) if calls else "—",
-        ]
-        if row.get("status") != "ok":
-            cells[1] = f"failed: {row.get('error')}"
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def summary(args: dict, stages, started: float, *, failed: bool) -> int:
-    text = [f"# first GPU run: {args['out']}", ""]
-    text += [f"- {stage}: {verdict}" for stage, verdict in stages]
-    text += ["", f"{time.monotonic() - started:.0f} s in all (budget {args['budget_s']:g} s)"]
-    (args["out"] / "summary.md").write_text("\n".join(text) + "\n")
+def summary(args: dict, stages, budget: Budget) -> int:
+    """summary.md (the stage table) and report.md (every table in one file); 1 when a stage
+    failed."""
+    out: Path = args["out"]
+    text = [f"# first GPU run: {out}", "", "| stage | result |", "|---|---|"]
+    text += [f"| {stage} | {result} |" for stage, result, _ in stages]
+    text += ["", f"{budget.spent():.0f} s in all (budget {args['budget_s']:g} s)"]
+    (out / "summary.md").write_text("\n".join(text) + "\n")
+    report = [f"## {name}\n\n{(out / name).read_text()}" for name in TABLES
+              if (out / name).exists()]  # fmt: skip
+    (out / "report.md").write_text("\n".join(report))
     print("\n".join(text))
-    return 1 if failed else 0
+    return 1 if any(failed for *_, failed in stages) else 0
 
 
 def main(argv: list[str] | None = None) -> int:
