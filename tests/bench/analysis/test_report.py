@@ -110,3 +110,11 @@ def test_a_chart_that_fails_to_render_leaves_the_old_file_and_no_temporary(tmp_p
         figure.comparison_chart(chart, _chart_rows(), "ms_per_step", "run", "ref")
     assert chart.read_bytes() == b"the previous chart"
     assert [p.name for p in tmp_path.iterdir()] == ["chart.png"]
+
+
+def test_a_comparison_with_no_comparable_row_gives_no_verdict(pinned_noise):
+    """cpu-smoke against a published small record: every row another model, so neither
+    REPRODUCED nor NOT REPRODUCED."""
+    cmp = comparison.compare(read_run(AA2_A), read_run(FIRST))
+    assert cmp.counted == [] and not cmp.reproduced
+    assert report.summary(cmp).startswith("NOTHING COMPARED: no row of the run has a comparable")

@@ -129,6 +129,11 @@ def summary(cmp: Comparison) -> str:
     """The verdict's line: the word, the tally, the changed rows, what could not be seen."""
     counted = cmp.counted
     tally = {word: sum(r.verdict == word for r in counted) for word in VERDICTS}
+    if not counted:  # nothing was held against anything: no verdict either way
+        return (
+            "NOTHING COMPARED: no row of the run has a comparable reference row "
+            "(another model, preset or device; see the rows' verdicts)"
+        )
     word = "REPRODUCED" if cmp.reproduced else "NOT REPRODUCED"
     line = f"{word}: {len(counted)} comparable rows: " + ", ".join(
         f"{count} {verdict}" for verdict, count in tally.items() if count
