@@ -56,7 +56,8 @@ def test_a_case_killed_for_memory_fails_its_row_and_the_sweep_goes_on(tmp_path):
     for row in rows:
         assert row.status == "failed"
         assert row.error.startswith("out of memory in compile: "), row.error
-        assert row.error == f"out of memory in compile: {KILLED}"
+        log = out.parent / "run.logs" / f"{row.architecture}-1.log"  # kept and named
+        assert row.error == f"out of memory in compile: {KILLED} (its log: {log})"
     print(f"\n{rows[0].error}")
     assert left == [], "a process of the run outlived it"
 
