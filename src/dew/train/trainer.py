@@ -75,6 +75,22 @@ def _record_cache_event(event: str, duration: float, **_: object) -> None:
 jax.monitoring.register_event_duration_secs_listener(_record_cache_event)
 
 
+def compile_timed(lowered: jax.stages.Lowered) -> tuple[jax.stages.Compiled, float, float | None]:
+    """Compile `lowered`: (the executable, the compile's seconds, the load's seconds or None).
+    From the persistent cache, the compile's seconds are the original compile's as the cache
+    keeps it (JAX stores whole seconds, truncated) and the load's the read; compiled here,
+    the load's are None."""
+    _CACHE_EVENTS.clear()
+    start = time.perf_counter()
+    compiled = lowered.compile()
+    seconds = time.perf_counter() - start
+    original = _CACHE_EVENTS.get("/jax/compilation_cache/compile_time_saved_sec")
+    retrieval = _CACHE_EVENTS.get("/jax/compilation_cache/cache_retrieval_time_sec")
+    if original is None:
+        return compiled, seconds, None
+    return compiled, original + (retrieval or 0.0), seconds
+
+
 def _reset_cache() -> None:
     # JAX opens the cache once per process; a new directory needs it reopened.
     try:
@@ -291,15 +307,8 @@ class Trainer:
         when the executable came from the persistent cache (`loaded_from_cache`): then it is
         the original compile's as the cache keeps it (JAX stores whole seconds, truncated),
         and `load_seconds` the read."""
-        _CACHE_EVENTS.clear()
-        start = time.perf_counter()
-        self.compiled = lowered.compile()
-        seconds = time.perf_counter() - start
-        original = _CACHE_EVENTS.get("/jax/compilation_cache/compile_time_saved_sec")
-        retrieval = _CACHE_EVENTS.get("/jax/compilation_cache/cache_retrieval_time_sec")
-        self.loaded_from_cache = original is not None
-        self.load_seconds = seconds if self.loaded_from_cache else None
-        self.compile_seconds = original + (retrieval or 0.0) if original is not None else seconds
+        self.compiled, self.compile_seconds, self.load_seconds = compile_timed(lowered)
+        self.loaded_from_cache = self.load_seconds is not None
         self._flops = None
         return self.compiled
 

@@ -16,6 +16,7 @@ from dew.bench.loader.benchmark_data import main as benchmark_data
 from dew.bench.record.schema import GpuTelemetry, StepRow, read_run
 from dew.bench.sweep import case_run
 from dew.bench.sweep.presets import Case
+from dew.bench.sweep.program_labels import flop_figures
 from dew.telemetry.instrumentation import hlo_flops
 from dew.telemetry.nvml import EnergyReading, Sample, energy_joules, summarize
 
@@ -156,7 +157,7 @@ def test_without_nvml_the_environment_has_no_gpus():
 
 def test_a_row_shows_the_custom_calls_it_could_not_count_with_their_number():
     count = hlo_flops((FIXTURES / "ragged_dot_and_unknown.hlo").read_text())
-    row = case_run.make_row(CASE, {**case_run.flop_figures(count), **TIMED}, status="ok")
+    row = case_run.make_row(CASE, {**flop_figures(count), **TIMED}, status="ok")
     assert row.uncounted_custom_calls == {"__gpu$xla.gpu.triton": 1}
     assert row.gflop_per_step == pytest.approx(count.total / 1e9)
     for compile_only in (False, True):
@@ -169,7 +170,7 @@ def test_a_row_shows_the_custom_calls_it_could_not_count_with_their_number():
 
 def test_a_row_whose_calls_were_all_counted_has_no_warning():
     count = hlo_flops((FIXTURES / "cublas_gemm.hlo").read_text())
-    row = case_run.make_row(CASE, {**case_run.flop_figures(count), **TIMED}, status="ok")
+    row = case_run.make_row(CASE, {**flop_figures(count), **TIMED}, status="ok")
     assert row.uncounted_custom_calls == {}
     assert "warnings" not in report.step_table([row])
 

@@ -26,6 +26,9 @@ import psutil
 
 from dew.bench.common.files import REPO_ROOT
 from dew.bench.common.units import GIB
+from dew.bench.record.outside import describe as describe_outside
+from dew.bench.record.outside import distribution_name
+from dew.bench.record.outside import versions as outside_versions
 from dew.bench.record.schema import (
     Code,
     Container,
@@ -103,14 +106,18 @@ def capture(
     environ: Mapping[str, str] | None = None,
     repo: str | os.PathLike | None = None,
     processes: list[ProcessInfo] | None = None,
+    outside: Mapping[str, Sequence[str]] | None = None,
 ) -> Environment:
     """The environment of this process.
 
     devices: jax devices to describe (e.g. `jax.devices()`); by default a backend that is
     already initialised is asked, else NVML, else the CPU.
     environ: the variables to take flags and build labels from (default os.environ).
+    outside: module -> the cases from outside dew it holds (dew.bench.record.outside):
+    named in `outside_code`, their distributions' versions in `packages`.
     """
     environ = os.environ if environ is None else environ
+    outside_code = describe_outside(outside or {})
     with nvml.session() as gpus:
         # Only the cards CUDA_VISIBLE_DEVICES shows this run (their NVML indices), where
         # that can be told: a card beside it is not what the run ran on.
@@ -124,12 +131,13 @@ def capture(
             container=_container(environ),
             code=_code(Path(repo) if repo else REPO_ROOT, environ),
             python=platform.python_version(),
-            packages=_packages(),
+            packages={**_packages(), **outside_versions(outside_code)},
             env_flags=env_flags(environ),
             jax_config=_jax_config(),
             processes=processes,
             scheduler=_scheduler(environ),
             gpus=[GpuInfo(**info) for info in nvml.gpu_infos(gpus, visible)] if gpus else None,
+            outside_code=outside_code or None,
         )
 
 
@@ -379,7 +387,7 @@ def _packages(path: Sequence[str] | None = None) -> dict[str, str | None]:
     name; from `path` (default sys.path), the first of a name winning as imports do."""
     installed: dict[str, str] = {}
     for dist in importlib.metadata.distributions(path=list(path or sys.path)):
-        name = re.sub(r"[-_.]+", "-", dist.metadata["Name"] or "").lower()  # PEP 503
+        name = distribution_name(dist.metadata["Name"] or "")
         if name and dist.version:
             installed.setdefault(name, dist.version)
     packages: dict[str, str | None] = {name: installed.get(name) for name in CORE_PACKAGES}

@@ -4,7 +4,8 @@ JSON (plain dicts).
 
 The one notion of a stack's identity and differences, for every reader:
 - `stack_identity(a, b)`: what must be equal for rows to share one record (--resume);
-- `stack_differences(run, ref)`: compare's first table, and what only one side recorded;
+- `stack_differences(run, ref)`: compare's first table, and what only one side recorded
+  (the outside packages' versions among the packages, their commits on their own lines);
 - `rebuild_differences(environment, image, gpu_here)`: what of a record's stack a rebuilt
   image and this host do not match (`nox -s reproduce`);
 - `stack_parts(record, commit_here)`: which parts of a record's stack a clone can match;
@@ -95,10 +96,21 @@ def stack_identity(a: dict, b: dict) -> list[tuple[str, Any, Any]]:
             "package set": env.get("packages"),
             "python": env.get("python"),
             "set of environment flags": env.get("env_flags"),
+            "outside code": outside_commits(env) or None,
         }  # fmt: skip
 
     ia, ib = identity(a), identity(b)
     return [(what, ia[what], ib[what]) for what in ia]
+
+
+def outside_commits(environment: dict) -> dict[str, tuple[Any, Any]]:
+    """The code from outside dew a run used (environment.outside_code): its distribution
+    (or module) -> (commit, dirty). Versions are in `packages`, compared with them."""
+    return {
+        item.get("distribution") or item.get("module"): (item.get("commit"), item.get("dirty"))
+        for item in environment.get("outside_code") or []
+        if isinstance(item, dict)
+    }
 
 
 def recorded_variant(record: dict) -> str:
@@ -188,6 +200,11 @@ def stack_differences(run: Any, ref: Any) -> tuple[list[StackDifference], list[s
     pa, pb = ea.get("packages") or {}, eb.get("packages") or {}
     for name in sorted(set(pa) | set(pb)):
         known(f"package {name}", pa.get(name), pb.get(name))
+    oa, ob = outside_commits(ea), outside_commits(eb)
+    for name in sorted(set(oa) | set(ob)):  # the user's code, where a git tree names it
+        (ca, da), (cb, db) = oa.get(name, (None, None)), ob.get(name, (None, None))
+        known(f"outside {name} commit", ca, cb, _same_commit)
+        known(f"outside {name} dirty tree", da, db)
     for field in COMPARED_CONTAINER:
         known(f"container {field}", _at(ea, "container", field), _at(eb, "container", field))
     # Env flags: a flag set on one side and unset (or unrecorded) on the other is a

@@ -42,6 +42,10 @@ class Args(Options):
     cases: str | None = None
     """JSON list of objects of Case fields replacing the preset's cases, e.g.
     '[{"architecture": "causal_transformer", "head_chunks": 1}]'"""
+    step: str | None = None
+    """MODULE:FACTORY, a training step of your own: FACTORY(batch=8) returns (step, state,
+    batch[, state_sharding]), step jax.jit-wrapped; timed like dew's cases, after those
+    --architectures or --cases name (alone: the only case; dew.bench.sweep.own_step)"""
     mesh: str | None = None  # type: ignore[assignment]  # JSON on the command line
     """JSON object of MeshSpec fields (data, fsdp, min_shard_size); default: the preset's"""
     json_out: str | None = None
@@ -94,7 +98,8 @@ def options_from(args: Args) -> tuple[Options, tuple[presets.Case, ...]]:
     if args.resume and args.overwrite:
         raise cli.UsageError("--resume and --overwrite exclude each other")
     try:
-        cases = presets.resolve(args.preset, args.architectures, args.cases)
+        cases = presets.resolve(args.preset, args.architectures, args.cases, args.step)
+        presets.check_registered(cases)  # a package that claims one of dew's names, in its line
     except ValueError as error:
         raise cli.UsageError(str(error)) from None
     mesh = dict(presets.get(args.preset).mesh)
@@ -224,7 +229,7 @@ def _main(argv: list[str], held: contextlib.ExitStack) -> int:
     from dew.bench.analysis import tables as report
     from dew.bench.runtime.idle import HostNotIdle
     from dew.bench.runtime.progress import Progress
-    from dew.bench.sweep import locked_clocks, preflight
+    from dew.bench.sweep import locked_clocks, own_step, preflight
     from dew.bench.sweep import run as step
     from dew.train import distributed
 
@@ -243,6 +248,7 @@ def _main(argv: list[str], held: contextlib.ExitStack) -> int:
     platform = None  # a cluster's devices are known only once it is joined
     if not in_cluster:
         devices, warnings = preflight.prepare_environment(options, cases, log)
+        own_step.check(cases, options)  # a wrong factory: refused before any case
         platform = devices.platform
         options, more = compile_jobs(options, platform, len(cases))
         warnings += more

@@ -1,12 +1,12 @@
 """One case of the step benchmark, in this process: build, compile, time, one row.
 
 preset case -> its model config -> Trainer -> ahead-of-time compile (timed) -> FLOPs from
-the optimized HLO (dew.telemetry; the custom calls it could not count, with their number)
-and its fingerprint (what the compiler chose; either failing is said in `flops_error`)
--> init -> dew.bench.sweep.timing's windows -> the GPU window (below) -> allocator peak
--> one `StepRow`. The row is built phase by phase in a `Figures`, a typed object: a
-misspelt field fails at the line that writes it, and whatever was measured before a
-failure stays in the row.
+the optimized HLO and its fingerprint (dew.bench.sweep.program_labels) -> init ->
+dew.bench.sweep.timing's windows -> the GPU window (below) -> allocator peak -> one
+`StepRow`. A step of the user's (`--step`) is built and compiled by dew.bench.sweep.own_step
+instead of the Trainer, and timed and labelled the same way. The row is built phase by
+phase in a `Figures`, a typed object: a misspelt field fails at the line that writes it,
+and whatever was measured before a failure stays in the row.
 
 The GPU window: on NVIDIA GPUs, after the timed windows, one more synced window with
 dew.telemetry.nvml's sampler running (clocks, temperature, power, clocks-event reasons)
@@ -34,8 +34,10 @@ from dew.bench.common.units import GIB
 from dew.bench.record.schema import GpuTelemetry, GpuWindow, StepRepeat, StepRow
 from dew.bench.runtime.phases import PhaseClock
 from dew.bench.runtime.protocol import says_out_of_memory
+from dew.bench.sweep import own_step
 from dew.bench.sweep.presets import Case
-from dew.bench.sweep.settings import CACHE_OFF, Options
+from dew.bench.sweep.program_labels import program_labels
+from dew.bench.sweep.settings import Options, compilation_cache
 from dew.bench.sweep.timing import block, percentiles, time_steps
 from dew.train import cache_damage
 
@@ -99,11 +101,12 @@ class Prepared:
     """A case built and compiled, ready to step."""
 
     case: Case
-    trainer: Any
+    trainer: Any  # what `step(state, batch)` is called on: a Trainer, or own_step.OwnStep
     state: Any
     batch: Any
     figures: Figures  # the row as far as the compile measured it
     tokens_per_sample: int | None
+    devices: Sequence[Any] = ()  # every device the step runs on
 
 
 def model_config(case: Case, preset: str):
@@ -130,18 +133,17 @@ def prepare(
     """Build the Trainer for a case and compile its step; writes `figures` as it learns them
     (so a failure later in the case still reports what was measured) and times each phase
     on `clock`."""
-    from dew.telemetry.memory import compiler_memory
     from dew.train.mesh import MeshSpec
-    from dew.train.trainer import DEFAULT_CACHE, Trainer
+    from dew.train.trainer import Trainer
 
     clock = clock or PhaseClock()
+    if case.step is not None:  # a step of the user's
+        built, state, batch, devices = own_step.prepare(case, options, figures, clock)
+        return Prepared(case, built, state, batch, figures, None, devices)
     with clock.phase("trace_lower"):
         config = model_config(case, options.preset)
         figures.sample = sample_label(config)
         figures.batch = case.batch
-        # Repeats are fresh compiles (XLA may choose differently each time) unless the user
-        # named a cache: then they share one executable, as the user asked.
-        cache = options.compilation_cache_dir or (CACHE_OFF if options.repeated else DEFAULT_CACHE)
         trainer = Trainer(
             case.architecture,
             config,
@@ -149,7 +151,7 @@ def prepare(
             dtype=options.dtype,
             mesh=MeshSpec(**options.mesh),
             condition_in_state=bool(case.condition_in_state),
-            compilation_cache_dir=None if cache == CACHE_OFF else cache,
+            compilation_cache_dir=compilation_cache(options),
             attention_impl=case.attention_impl or options.attention_impl or "xla",
         )
         counts = trainer.param_counts
@@ -164,50 +166,20 @@ def prepare(
     figures.compile_s = trainer.compile_seconds  # the real compile's (whole s from the cache)
     figures.load_s = trainer.load_seconds
     with clock.phase("flop_count"):
-        label_program(compiled, figures)
-        peak = compiler_memory(compiled)["peak_bytes"]
-        figures.compiler_peak_gib = peak / GIB if peak is not None else None
+        set_fields(figures, program_labels(compiled))
     tokens = config.seq_len if config.objective in LM_OBJECTIVES else None
+    devices = list(trainer.mesh.devices.flat)
     if options.compile_only:
-        return Prepared(case, trainer, None, None, figures, tokens)
+        return Prepared(case, trainer, None, None, figures, tokens, devices)
     with clock.phase("init"):
         state, batch = block((trainer.init(), trainer.put_batch(host_batch)))
-    return Prepared(case, trainer, state, batch, figures, tokens)
+    return Prepared(case, trainer, state, batch, figures, tokens, devices)
 
 
-def label_program(compiled, figures: Figures) -> None:
-    """The FLOPs, cost analysis and fingerprint of the compiled step: labels, not what the
-    row measures. One that fails (HLO the counter cannot be exact about, e.g. a while loop
-    without a known trip count) stays null, `flops_error` says why, and the case is timed."""
-    from dew.telemetry.fingerprint import compiled_fingerprint
-    from dew.telemetry.instrumentation import compiled_flop_count, cost_analysis_flops
-
-    errors = []
-    try:
-        flops = flop_figures(compiled_flop_count(compiled))  # Trainer.flops reads it
-        figures.gflop_per_step = flops["gflop_per_step"]
-        figures.uncounted_custom_calls = flops["uncounted_custom_calls"]
-    except Exception as failed:  # HloParseError, or whatever else this program meets
-        errors.append(f"FLOP count failed: {one_line(failed)}")
-    try:
-        cost = cost_analysis_flops(compiled)
-        figures.cost_analysis_gflop = cost / 1e9 if cost is not None else None
-    except Exception as failed:
-        errors.append(f"cost analysis failed: {one_line(failed)}")
-    try:
-        figures.fingerprint = compiled_fingerprint(compiled).as_dict()
-    except Exception as failed:
-        errors.append(f"fingerprint failed: {one_line(failed)}")
-    figures.flops_error = "; ".join(errors) or None
-
-
-def flop_figures(count) -> dict[str, Any]:
-    """The row's FLOP fields from a dew.telemetry FlopCount: GFLOP/step and, never silently
-    zero, each custom-call target the count could not count with its executions per step."""
-    return {
-        "gflop_per_step": count.total / 1e9,
-        "uncounted_custom_calls": dict(count.unknown_custom_call_counts),
-    }
+def set_fields(figures: Figures, fields: Mapping[str, Any]) -> None:
+    """Write `fields` (StepRow fields by name) on `figures`."""
+    for name, value in fields.items():
+        setattr(figures, name, value)
 
 
 def measure(
@@ -243,11 +215,11 @@ def measure(
     figures.samples_per_s = batch / step_s
     if prepared.tokens_per_sample:
         figures.tokens_per_s = batch * prepared.tokens_per_sample / step_s
-    devices = list(prepared.trainer.mesh.devices.flat)
+    devices = list(prepared.devices)
     flops = figures.gflop_per_step  # per device, like the peak it is divided by
     kind = devices[0].device_kind
     figures.util = mfu(flops * 1e9 if flops is not None else None, step_s, kind)
-    figures.note = no_peak_reason(kind)  # a MIG slice: util null, and why
+    figures.note = join(figures.note, no_peak_reason(kind))  # a MIG slice: util null, and why
     local = [d for d in devices if d.process_index == jax.process_index()]
     peaks = [peak_bytes_in_use(d) for d in local]
     figures.peak_gib = max(peaks) / GIB if None not in peaks else None
@@ -256,11 +228,12 @@ def measure(
     figures.gpu = gpu
     if gpu.window_steps:  # a window ran (an NVIDIA GPU)
         clock.add("gpu_window", began, time.perf_counter() - start)
-    loss = float(metrics["train/loss"])
-    figures.loss = loss if math.isfinite(loss) else None
-    figures.loss_finite = math.isfinite(loss)
-    if not math.isfinite(loss):  # the timing stands; the row says the model diverged
-        figures.note = "; ".join(filter(None, [figures.note, f"the final loss is {loss}"]))
+    loss = final_loss(metrics)
+    if loss is not None:  # a step of the user's may report none
+        figures.loss = loss if math.isfinite(loss) else None
+        figures.loss_finite = math.isfinite(loss)
+    if loss is not None and not math.isfinite(loss):  # the timing stands; it diverged
+        figures.note = join(figures.note, f"the final loss is {loss}")
 
     if options.profile_dir:
         directory = Path(options.profile_dir) / profile_name(prepared.case)
@@ -270,6 +243,24 @@ def measure(
             block((state, metrics))
     prepared.state = state
     return repeat
+
+
+def final_loss(metrics: Any) -> float | None:
+    """The last step's loss: dew's "train/loss", or a step of the user's "loss" when it is
+    one number; None when its metrics hold neither."""
+    import numpy as np
+
+    value = metrics.get("train/loss", metrics.get("loss")) if isinstance(metrics, Mapping) else None
+    try:
+        number = np.asarray(value, dtype=float) if value is not None else None
+    except (TypeError, ValueError):  # a user's metrics may hold anything
+        return None
+    return float(number) if number is not None and number.size == 1 else None
+
+
+def join(*notes: str | None) -> str | None:
+    """Notes in one, "; " between; None when there are none."""
+    return "; ".join(filter(None, notes)) or None
 
 
 def gpu_window(
@@ -418,7 +409,7 @@ def run_case(
                 repeat.phases = list(clock.phases)
         except Exception as failed:
             error = failure(failed)
-    figures.note = "; ".join(filter(None, [figures.note, *damaged])) or None
+    figures.note = join(figures.note, *damaged)
     if error is not None:
         return figures.row(case, status="failed", error=error)
     refused = gpu_verdict(figures.gpu)
@@ -447,4 +438,4 @@ def make_row(case: Case, figures: Figures | Mapping[str, Any], **status: Any) ->
 def profile_name(case: Case) -> str:
     """A directory name for the case's trace: its label without spaces or slashes."""
     label = case.label().replace(" (", "-").replace(", ", "-").rstrip(")")
-    return label.replace("/", "_").replace(" ", "_")
+    return label.replace("/", "_").replace(" ", "_").replace(":", "_")

@@ -96,7 +96,7 @@ def check_devices(options: Options, cases: Sequence[Case], devices: Devices) -> 
             f"{devices.count} {devices.platform} device(s){hint}"
         )
     for case in cases:
-        if case.batch % needed:
+        if case.batch % needed and case.step is None:  # a step of the user's: its own layout
             raise UsageError(
                 f"case {case.label()}: batch {case.batch} cannot be split over the mesh "
                 f"{json.dumps(options.mesh)} ({needed} devices); use a multiple of {needed}"
@@ -121,6 +121,8 @@ def check_cases(cases: Sequence[Case], preset: str) -> None:
     from dew.bench.sweep.case_run import model_config
 
     for case in cases:
+        if case.step is not None:  # a step of the user's: dew.bench.sweep.own_step.check
+            continue
         try:
             model_config(case, preset)
         except ValueError as error:  # pydantic's ValidationError included

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -32,6 +33,16 @@ NO_STEP_OF_THEIR_OWN = {"jepa_predictor": "trains inside jepa_encoder and jepa_v
 MOE_CASES: dict[str, dict[str, Any]] = {
     "causal_transformer": {"experts": 8, "top_k": 2, "moe_every": 2},  # top-2 of 8, every 2nd
 }
+
+
+# A step of the user's (dew.bench.sweep.own_step): `MODULE:FACTORY`, a dotted module and a
+# name in it. Its case takes a batch and its process's allocator setting; nothing of dew's
+# models applies to it. Its batch unless the case names one (not the factory's default).
+STEP_SPEC = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
+# The batch of a case of the user's own (a step, or another package's architecture) unless
+# the case names one: no preset of dew's says it.
+OWN_BATCH = 8
+NOT_FOR_A_STEP = ("head_chunks", "attention_impl", "moe", "condition_in_state", "model")
 
 
 class Case(Config):
@@ -52,6 +63,35 @@ class Case(Config):
         "before its backend starts (None: the run's environment decides); the row says "
         "which setting ran (StepRow.xla_preallocate)",
     )
+    step: str | None = pydantic.Field(
+        default=None,
+        description="MODULE:FACTORY: a step that is not a model (dew.bench.sweep.own_step), "
+        "its factory called as FACTORY(batch=batch); the row's architecture is this string",
+    )
+
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _step_names_the_row(cls, data: Any) -> Any:
+        """A step case's architecture is its MODULE:FACTORY (given or not)."""
+        if isinstance(data, dict) and data.get("step") is not None:
+            data = {"architecture": data["step"], **data}
+        return data
+
+    @pydantic.model_validator(mode="after")
+    def _step_case(self) -> Case:
+        if self.step is None:
+            return self
+        if not STEP_SPEC.fullmatch(self.step):
+            raise ValueError(not_a_step_spec(self.step))
+        if self.architecture != self.step:
+            raise ValueError(f"a step case's architecture is its step {self.step!r}")
+        given = [name for name in NOT_FOR_A_STEP if getattr(self, name) not in (None, False, {})]
+        if given:
+            raise ValueError(
+                f"{given[0]} does not apply to the step {self.step} (its factory builds "
+                "the step); a step case takes step, batch and xla_preallocate"
+            )
+        return self
 
     def row_fields(self) -> dict[str, Any]:
         """The StepRow fields that say which case a row is (its identity, no figures)."""
@@ -100,6 +140,13 @@ class Case(Config):
 
 
 CASE_FIELDS = tuple(Case.model_fields)
+
+
+def not_a_step_spec(spec: str) -> str:
+    return (
+        f"step {spec!r} is not MODULE:FACTORY (a dotted module name, a colon, the "
+        "factory's name in it), e.g. mypackage.steps:make_step"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,11 +218,22 @@ def get(name: str) -> Preset:
 
 
 def resolve(
-    preset_name: str, architectures: Sequence[str] | None, cases_json: str | None
+    preset_name: str,
+    architectures: Sequence[str] | None,
+    cases_json: str | None,
+    step: str | None = None,
 ) -> tuple[Case, ...]:
-    """The cases a run covers, from --preset, --architectures and --cases (ValueError: one
-    line naming the bad value). --cases replaces the preset's cases; --architectures then
-    keeps those of the named architectures."""
+    """The cases a run covers, from --preset, --architectures, --cases and --step (ValueError:
+    one line naming the bad value). --cases replaces the preset's cases; --architectures then
+    keeps those of the named architectures (and every step case); --step adds its case after
+    them, or is the run's only case when neither is given."""
+    if step is not None:
+        if not STEP_SPEC.fullmatch(step):
+            raise ValueError(f"--{not_a_step_spec(step)}")
+        own = Case(step=step, batch=OWN_BATCH)
+        if architectures is None and cases_json is None:
+            return (own,)
+        return (*resolve(preset_name, architectures, cases_json), own)
     preset = get(preset_name)
     if architectures is not None and not architectures:
         valid = ", ".join(sorted({case.architecture for case in preset.cases}))
@@ -189,23 +247,19 @@ def resolve(
     cases = merge_cases(preset, objects)
     if architectures:
         names = {case.architecture for case in select(preset, list(architectures))}
-        cases = tuple(case for case in cases if case.architecture in names)
+        cases = tuple(case for case in cases if case.architecture in names or case.step)
         if not cases:
             raise ValueError(f"--cases has no case of --architectures {' '.join(architectures)}")
     return cases
 
 
 def select(preset: Preset, architectures: list[str]) -> tuple[Case, ...]:
-    """The preset's cases of these architectures, in the preset's order."""
-    valid = sorted({case.architecture for case in preset.cases})
-    for name in architectures:
-        if name not in valid:
-            raise ValueError(
-                f"unknown architecture {name!r} for preset {preset.name!r}; "
-                f"valid: {', '.join(valid)}"
-            )
+    """The preset's cases of these architectures, in the preset's order, then the cases of
+    the named architectures from other packages (`outside_case`)."""
+    valid = {case.architecture for case in preset.cases}
+    outside = tuple(outside_case(preset, name) for name in architectures if name not in valid)
     wanted = set(architectures)
-    return tuple(case for case in preset.cases if case.architecture in wanted)
+    return tuple(case for case in preset.cases if case.architecture in wanted) + outside
 
 
 def merge_cases(preset: Preset, objects: Any) -> tuple[Case, ...]:
@@ -230,15 +284,90 @@ def merge_cases(preset: Preset, objects: Any) -> tuple[Case, ...]:
                 f"--cases[{index}]: unknown Case field {unknown[0]!r}; "
                 f"valid: {', '.join(CASE_FIELDS)}"
             )
+        if item.get("step") is not None:  # a step of the user's: nothing of a preset's
+            try:
+                cases.append(Case.model_validate({"batch": OWN_BATCH, **item}))
+            except pydantic.ValidationError as error:
+                raise ValueError(f"--cases[{index}]: {one_line(error)}") from None
+            continue
         name = item.get("architecture")
         if name not in defaults:
-            raise ValueError(
-                f"--cases[{index}]: unknown architecture {name!r} for preset "
-                f"{preset.name!r}; valid: {', '.join(sorted(defaults))}"
-            )
+            defaults[name] = outside_case(preset, name, where=f"--cases[{index}]: ")
         base = defaults[name].model_dump()
         try:
             cases.append(Case.model_validate({**base, **item}))
         except pydantic.ValidationError as error:
             raise ValueError(f"--cases[{index}]: {one_line(error)}") from None
     return tuple(cases)
+
+
+# --- architectures from other packages (dew.models.registry's entry points) -----------------
+
+
+def outside_case(preset: Preset, name: Any, where: str = "") -> Case:
+    """The case of an architecture another package registers (docs/own-models.md): batch
+    OWN_BATCH, its config's preset named like this one. ValueError in one line: an
+    unknown name, a package that cannot be loaded (dew.models.registry), a config without
+    this preset, an objective dew does not know."""
+    from dew.models import registry
+
+    own = {case.architecture for case in preset.cases}
+    if not isinstance(name, str) or name not in registry.outside_names():
+        valid = ", ".join(sorted(own | set(registry.outside_names())))
+        raise ValueError(
+            f"{where}unknown architecture {name!r} for preset {preset.name!r}; valid: {valid}"
+        )
+    arch = registry.get(name)  # loads its package: a RegistryError names it
+    config = arch.config_cls
+    if preset.name not in config.presets:
+        has = ", ".join(sorted(config.presets)) or "none"
+        raise ValueError(
+            f"{where}architecture {name!r} ({arch.origin()}): its config {config.__name__} "
+            f"has no preset {preset.name!r} (it has: {has}); run --preset "
+            f"{sorted(config.presets)[0] if config.presets else 'cpu-smoke'}, or add "
+            f"{preset.name!r} to {config.__name__}.presets"
+        )
+    from dew.train.objectives import objective_names
+
+    if config.objective not in objective_names():
+        raise ValueError(
+            f"{where}architecture {name!r} ({arch.origin()}): its objective "
+            f"{config.objective!r} is not registered (dew's: {', '.join(objective_names())}); "
+            "name one of them, or register one with @dew.train.objectives.register_objective "
+            "in a module its entry point's module imports"
+        )
+    return Case(architecture=name, batch=OWN_BATCH)
+
+
+def check_registered(cases: Sequence[Case]) -> None:
+    """Every architecture of these cases is registered (dew.models.registry's RegistryError,
+    one line naming the package: one that claims one of dew's names included)."""
+    from dew.models import registry
+
+    for case in cases:
+        if not getattr(case, "step", None):
+            registry.get(case.architecture)
+
+
+def outside_modules(cases: Sequence[Case]) -> dict[str, list[str]]:
+    """The code from outside dew these cases run: module -> the architectures (or
+    MODULE:FACTORY steps) it holds, for the record (dew.bench.record.outside)."""
+    from dew.models import registry
+
+    uses: dict[str, list[str]] = {}
+    for case in cases:
+        step = getattr(case, "step", None)
+        if step:
+            module, used = step.partition(":")[0], step
+        else:
+            try:
+                arch = registry.get(case.architecture)
+            except ValueError:  # refused before any case runs; a resumed record's may be gone
+                continue
+            if not arch.outside:
+                continue
+            module, used = arch.module, case.architecture
+        users = uses.setdefault(module, [])
+        if used not in users:
+            users.append(used)
+    return uses

@@ -41,7 +41,7 @@ from dew.bench.record.schema import (
 from dew.bench.record.stack import stack_identity
 from dew.bench.runtime import hostprobe
 from dew.bench.runtime.progress import Progress
-from dew.bench.sweep.presets import Case
+from dew.bench.sweep.presets import Case, outside_modules
 from dew.bench.sweep.settings import Options, measured_with, settings_record
 
 
@@ -152,9 +152,11 @@ def run(
     # times it; rows combine across processes; only process 0 writes and logs.
     processes = process_count()
     leader = process_index() == 0
-    environment = capture(processes=multihost.process_table() if processes > 1 else None)
-    environment = environment.model_copy(update={"locked_clocks": locked_clocks})
     previous = read_previous(json_out) if resume and json_out and _exists(json_out) else None
+    table = multihost.process_table() if processes > 1 else None
+    uses = outside_modules(merged_cases(previous, cases))  # every row's code from outside dew
+    environment = capture(processes=table, outside=uses)
+    environment = environment.model_copy(update={"locked_clocks": locked_clocks})
     if previous is not None:
         check_same_measurement(previous, options, environment, json_out)
     idle = check_idle(idle_check, skip=options.compile_only)

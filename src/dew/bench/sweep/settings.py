@@ -121,6 +121,17 @@ def case_log_dir(log_dir: str | None, json_out: str | None) -> str | None:
     return log_dir
 
 
+def compilation_cache(options: Options) -> str | None:
+    """The persistent compilation cache a case compiles with (dew.train.trainer's
+    `compilation_cache_dir`; None: none): --compilation-cache-dir when named; else none for
+    repeats, each a fresh compile (XLA may choose differently each time), and the default
+    cache for a single one."""
+    from dew.train.trainer import DEFAULT_CACHE
+
+    cache = options.compilation_cache_dir or (CACHE_OFF if options.repeated else DEFAULT_CACHE)
+    return None if cache == CACHE_OFF else cache
+
+
 def settings_record(options: Options, cases: Sequence[Case]) -> Settings:
     """The record's `settings`: every Options field (those without a Settings field of
     their own in `options`), the cases and what is fixed."""

@@ -74,6 +74,29 @@ class Code(Record):
     )
 
 
+class OutsideCode(Record):
+    """A package outside dew whose architecture or step a run used (docs/own-models.md)."""
+
+    distribution: str | None = Field(
+        description="its distribution (PEP 503 name, as in `packages`); null: a module no "
+        "installed distribution holds (a source tree on PYTHONPATH)"
+    )
+    version: str | None
+    module: str = Field(description="the module the run imported it from")
+    used_by: list[str] = Field(
+        default_factory=list, description="the cases' architectures (or MODULE:FACTORY steps)"
+    )
+    commit: str | None = Field(
+        default=None, description="HEAD of the git work tree its code lies in (editable or source)"
+    )
+    dirty: bool | None = Field(default=None, description="that work tree had uncommitted changes")
+    source: Literal["git", "direct_url"] | None = Field(
+        default=None,
+        description="git: read from its work tree; direct_url: the commit pip installed it "
+        "from (direct_url.json's vcs_info); null: an installed copy, no commit known",
+    )
+
+
 class ProcessInfo(Record):
     """One process of a multi-process run (room for the distributed runtime)."""
 
@@ -179,6 +202,11 @@ class Environment(Record):
         default=None,
         description="the cards' clocks as --lock-clocks locked them for the cases; null: "
         "not locked by the run (--lock-clocks off, or a record from before the flag)",
+    )
+    outside_code: list[OutsideCode] | None = Field(
+        default=None,
+        description="the packages outside dew whose architectures or steps the run used; "
+        "null: none (or a record from before they could be)",
     )
 
     @pydantic.field_validator("env_flags")

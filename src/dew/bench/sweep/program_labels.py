@@ -1,0 +1,55 @@
+"""What a compiled step is, read from its optimized program: the row's labels, not what it
+measures. Every step the benchmark times, dew's own (dew.bench.sweep.case_run) and a step
+of the user's (dew.bench.sweep.own_step), is labelled here, from the executable it times.
+
+FLOPs from the optimized HLO (dew.telemetry; the custom calls the count could not count,
+with their executions per step), XLA's cost analysis, the fingerprint (what the compiler
+chose) and the compiler's memory estimate. A count that fails (HLO the counter cannot be
+exact about, e.g. a while loop without a known trip count) stays null, `flops_error` says
+why, and the case is still timed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dew.bench.common.cli import one_line
+from dew.bench.common.units import GIB
+
+
+def program_labels(compiled) -> dict[str, Any]:
+    """The StepRow fields read from a compiled step (`jax.stages.Compiled`): gflop_per_step,
+    uncounted_custom_calls, cost_analysis_gflop, fingerprint (plain JSON: they cross a
+    pipe), flops_error and compiler_peak_gib."""
+    from dew.telemetry.fingerprint import compiled_fingerprint
+    from dew.telemetry.instrumentation import compiled_flop_count, cost_analysis_flops
+    from dew.telemetry.memory import compiler_memory
+
+    labels: dict[str, Any] = {}
+    errors = []
+    try:
+        labels.update(flop_figures(compiled_flop_count(compiled)))
+    except Exception as failed:  # HloParseError, or whatever else this program meets
+        errors.append(f"FLOP count failed: {one_line(failed)}")
+    try:
+        cost = cost_analysis_flops(compiled)
+        labels["cost_analysis_gflop"] = cost / 1e9 if cost is not None else None
+    except Exception as failed:
+        errors.append(f"cost analysis failed: {one_line(failed)}")
+    try:
+        labels["fingerprint"] = compiled_fingerprint(compiled).as_dict()
+    except Exception as failed:
+        errors.append(f"fingerprint failed: {one_line(failed)}")
+    labels["flops_error"] = "; ".join(errors) or None
+    peak = compiler_memory(compiled)["peak_bytes"]
+    labels["compiler_peak_gib"] = peak / GIB if peak is not None else None
+    return labels
+
+
+def flop_figures(count) -> dict[str, Any]:
+    """The row's FLOP fields from a dew.telemetry FlopCount: GFLOP/step and, never silently
+    zero, each custom-call target the count could not count with its executions per step."""
+    return {
+        "gflop_per_step": count.total / 1e9,
+        "uncounted_custom_calls": dict(count.unknown_custom_call_counts),
+    }
