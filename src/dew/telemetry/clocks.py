@@ -108,7 +108,7 @@ def locked(
         try:
             uuids = found.uuids()
         except Exception as error:  # a card lost between nvmlInit and here
-            raise Refused(f"NVML cannot name the cards ({_said(error)})") from None
+            raise Refused(f"NVML cannot name the cards ({nvml.said(error)})") from None
         indices, why = nvml.visible_indices(visible, uuids)
         if indices is None:
             fix = "lock the whole card's clocks as root before the run (nvidia-smi -lgc, -lmc)"
@@ -154,7 +154,7 @@ def lock_card(nv: Any, handle: Any, index: int, mode: str, *, into: list[LockedC
     except Exception as error:
         if not _is(nv, error, "NOT_SUPPORTED"):
             _refuse(nv, f"lock card {index}'s memory clock", error)
-        card.note = f"memory clock not locked: the card does not support it ({_said(error)})"
+        card.note = f"memory clock not locked: the card does not support it ({nvml.said(error)})"
         return
     card.memory_clock_mhz = memory
 
@@ -191,7 +191,7 @@ def restore(nv: Any, lock: Lock) -> None:
             try:
                 reset(card.handle)
             except Exception as error:  # GpuIsLost, NoPermission after a change of user, ...
-                lock.problems.append(f"card {card.index} {what} clock: {_said(error)}")
+                lock.problems.append(f"card {card.index} {what} clock: {nvml.said(error)}")
     lock.restored = not lock.problems
 
 
@@ -206,10 +206,6 @@ def _is(nv: Any, error: BaseException, name: str) -> bool:
     return getattr(error, "value", None) == getattr(nv, f"NVML_ERROR_{name}", ERROR_CODES[name])
 
 
-def _said(error: BaseException) -> str:
-    return nvml._said(error)
-
-
 def _ask[T](nv: Any, what: str, call: Callable[[], T]) -> T:
     try:
         return call()
@@ -220,7 +216,7 @@ def _ask[T](nv: Any, what: str, call: Callable[[], T]) -> T:
 
 def _refuse(nv: Any, what: str, error: BaseException) -> None:
     """Raise Refused naming what NVML would not do, and why."""
-    said = _said(error)
+    said = nvml.said(error)
     if _is(nv, error, "NO_PERMISSION"):
         raise Refused(f"NVML has no permission to {what} ({said})", fix="run as root") from None
     if _is(nv, error, "NOT_SUPPORTED"):

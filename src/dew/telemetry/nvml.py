@@ -112,7 +112,7 @@ def read_energy(read: Callable[[], int]) -> EnergyReading:
     try:
         return EnergyReading(int(read()))
     except Exception as error:  # NVMLError_NotSupported, _NoPermission, _GpuIsLost, ...
-        return EnergyReading(None, _said(error))
+        return EnergyReading(None, said(error))
 
 
 def energy_joules(
@@ -240,7 +240,7 @@ def session() -> Iterator[Nvml]:
         try:
             found = Nvml(nv, tuple(_handles(nv)))
         except Exception as error:  # a card lost between nvmlInit and here
-            found = Nvml(why=f"NVML cannot list the cards ({_said(error)})")
+            found = Nvml(why=f"NVML cannot list the cards ({said(error)})")
         yield found
     finally:
         _close(nv)
@@ -253,7 +253,7 @@ def _open() -> tuple[Any, str | None]:
 
         pynvml.nvmlInit()
     except Exception as error:
-        return None, f"NVML unavailable ({_said(error)})"
+        return None, f"NVML unavailable ({said(error)})"
     return pynvml, None
 
 
@@ -273,7 +273,8 @@ def reading[T](read: Callable[[], T]) -> T | None:
         return None
 
 
-def _said(error: BaseException) -> str:
+def said(error: BaseException) -> str:
+    """An NVML error as the record writes it: its type, then its words."""
     return f"{type(error).__name__}: {error}"
 
 
@@ -290,7 +291,7 @@ def _call(unreadable: dict[str, str], field: str, read: Callable[[], Any]) -> An
     try:
         return read()
     except Exception as error:  # NotSupported on this card, NoPermission, ...
-        unreadable[field] = _said(error)
+        unreadable[field] = said(error)
         return None
 
 

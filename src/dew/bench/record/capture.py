@@ -27,7 +27,7 @@ import psutil
 from dew.bench.common.files import REPO_ROOT
 from dew.bench.common.units import GIB
 from dew.bench.record.outside import describe as describe_outside
-from dew.bench.record.outside import distribution_name
+from dew.bench.record.outside import distribution_name, git
 from dew.bench.record.outside import versions as outside_versions
 from dew.bench.record.schema import (
     Code,
@@ -362,17 +362,8 @@ def _code(repo: Path, environ: Mapping[str, str]) -> Code:
 
 
 def _git(repo: Path, *args: str) -> str | None:
-    if not (repo / ".git").exists() or not shutil.which("git"):
-        return None
-    try:
-        result = subprocess.run(
-            ["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=20
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if result.returncode != 0:
-        return None
-    return result.stdout.strip()
+    """git's output in the checkout `repo` (None outside one, or when git answers otherwise)."""
+    return git(repo, *args) if (repo / ".git").exists() else None
 
 
 def _version(name: str) -> str | None:

@@ -102,9 +102,9 @@ def _commit(
     for place in places:
         tree = _work_tree(place, file)
         if tree is not None:
-            head = _git(tree, "rev-parse", "HEAD")
+            head = git(tree, "rev-parse", "HEAD")
             if head:
-                status = _git(tree, "status", "--porcelain", "--untracked-files=no")
+                status = git(tree, "status", "--porcelain", "--untracked-files=no")
                 return head, bool(status), "git"
     commit = (direct.get("vcs_info") or {}).get("commit_id")
     return (commit, None, "direct_url") if commit else (None, None, None)
@@ -126,16 +126,16 @@ def _work_tree(place: Path, file: Path | None) -> Path | None:
     is one git ignores there (an installed copy in a virtual environment inside a repo)."""
     if not place.is_dir():
         return None
-    top = _git(place, "rev-parse", "--show-toplevel")
+    top = git(place, "rev-parse", "--show-toplevel")
     if not top:
         return None
     if file is not None and file.parent == place:
-        if _git(place, "check-ignore", "-q", str(file)) is not None:  # exit 0: ignored
+        if git(place, "check-ignore", "-q", str(file)) is not None:  # exit 0: ignored
             return None
     return Path(top)
 
 
-def _git(where: Path, *args: str) -> str | None:
+def git(where: Path, *args: str) -> str | None:
     """git's output in `where` (None when git is missing or answers otherwise)."""
     if not shutil.which("git"):
         return None
