@@ -56,6 +56,7 @@ from dew_docker import smoke  # noqa: E402
 from dew_docker import stacks as stack_images  # noqa: E402
 from dew_docker.ab import parse_ab, resolve_side, run_rounds  # noqa: E402
 from dew_docker.gpu import gpu_visible_in_image  # noqa: E402
+from dew_docker.outside import site_env, site_mounts  # noqa: E402
 from dew_docker.runner import Runner, new_run_dir  # noqa: E402
 
 from dew.bench.common.files import atomic_write  # noqa: E402  (dew's one atomic writer)
@@ -324,20 +325,18 @@ def report(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def reproduce(session: nox.Session) -> None:
-    """Rerun a step record on its own stack, then compare: `-- RECORD.json`.
+    """Rerun a step record on its own stack, then compare: `-- RECORD.json [--outside SRC]...`.
 
     The record's stack is materialised as an image (docker/stacks.py: a git worktree at its
     commit, its lock, its Dockerfile, its base) and that commit's own tool runs in it with
     the record's cases and settings; today's compare then holds the new record against the
     old one (the statistics verdicts). A record whose stack cannot be built (no commit, the
     published ones; a dirty tree; a commit this clone lacks or from before the containers)
-    says which parts it matches and which not, then one line, exit 2.
+    says which parts it matches and which not, then one line, exit 2. Rows of code from
+    outside dew (docs/own-models.md) need `--outside` with its git checkout (built at the
+    record's commit), folder or wheel: installed by the image's pip beside dew's stack.
     """
-    if len(session.posargs) != 1:
-        replay.usage(
-            "reproduce", f"takes one step record (a JSON file), got {len(session.posargs)}"
-        )
-    record_path = pathlib.Path(session.posargs[0])
+    record_path, sources = replay.parse_reproduce(session.posargs)
     record, settings, environment = replay.read_step_record("reproduce", record_path)
     matched, unmatched = stack_images.stack_parts(record)
     try:
@@ -348,16 +347,22 @@ def reproduce(session: nox.Session) -> None:
         for line in unmatched:
             session.log(f"cannot match: {line}")
         replay.usage("reproduce", str(error))
+    install_locked(session)  # its setuptools builds the outside code's wheels
+    origin = f"record {record_path.name}"
+    packages, outside_lines = replay.outside_wheels(
+        session, "reproduce", sources, environment, origin, replay.scratch_dir()
+    )
     engine = replay.engine_for(session, "reproduce", spec.variant)
     image, base_lines = replay.materialise_all(session, "reproduce", engine, [spec])[0]
-    unmatched = base_lines + replay.not_matched(environment, image)
+    unmatched = base_lines + replay.not_matched(environment, image) + outside_lines
     for line in unmatched:
         session.log(f"not matched: {line}")
     on_gpu = spec.variant != "cpu"
     if on_gpu:
         gpu_visible_in_image(session, engine, image)
-    runner = Runner(session, engine, image, gpu=on_gpu)
     run_dir = new_run_dir(f"reproduce-{settings.get('preset') or 'cases'}", spec.variant)
+    site = replay.outside_site(session, "reproduce", engine, image, packages, run_dir / "outside")
+    runner = Runner(session, engine, image, gpu=on_gpu, mounts=site_mounts(site))
     if unmatched:
         atomic_write(run_dir / "not-matched.txt", "\n".join(unmatched) + "\n")
     step_json = run_dir / "step.json"
@@ -366,7 +371,8 @@ def reproduce(session: nox.Session) -> None:
     session.log(f"{spec.commit[:7]}'s own tool in {image.ref}: {' '.join(args)}")
     runner.python(
         "tools/benchmark_step.py", *args, "--json-out", runner.path(step_json),
-        env=dict(environment.get("env_flags") or {}), stdout_to=run_dir / "table.md",
+        env={**(environment.get("env_flags") or {}), **site_env(site is not None)},
+        stdout_to=run_dir / "table.md",
         success_codes=(0, 1),
     )  # fmt: skip
     reference = run_dir / "reference.json"  # kept beside the rerun it judges
@@ -381,10 +387,13 @@ def reproduce(session: nox.Session) -> None:
 def ab(session: nox.Session) -> None:
     """Two stacks timed side by side on this host in paired, interleaved rounds.
 
-    `-- A B [--rounds R] [--preset P] (--architectures NAME... | --cases JSON) [--steps N]
-    [--warmup N] [--variant cpu|cuda12|cuda13] [--a-env K=V] [--b-env K=V]
+    `-- A B [--rounds R] [--preset P] (--architectures NAME... | --cases JSON)
+    [--step MODULE:FACTORY]... [--steps N] [--warmup N] [--variant cpu|cuda12|cuda13]
+    [--outside SRC]... [--a-outside SRC]... [--b-outside SRC]... [--a-env K=V] [--b-env K=V]
     [--a-xla-flags FLAGS] [--b-xla-flags FLAGS] [--band PCT] [--alpha A]`: A and B are each
-    a commit, a record (its stack) or an image. Every round runs every case once per side,
+    a commit, a record (its stack) or an image; code from outside dew (a git checkout at
+    PATH@REV, a folder or a wheel) is installed beside each side's stack, --outside on both
+    sides, --a-outside or --b-outside on one. Every round runs every case once per side,
     each in a fresh process, alternating which side goes first; then one record per side
     and the A/B table of the paired per-round ratios (dew.bench.analysis.ab), markdown and chart.
     """
@@ -400,6 +409,15 @@ def ab(session: nox.Session) -> None:
         }
     except containers.EngineError as error:
         replay.usage("ab", str(error))
+    if any(args.outside.values()) or any(side.environment for side in sides.values()):
+        install_locked(session)  # its setuptools builds the outside code's wheels
+    for side in sides.values():
+        side.packages, lines = replay.outside_wheels(
+            session, "ab", args.outside[side.name], side.environment, f"{side.name} {side.given}",
+            replay.scratch_dir(),
+        )  # fmt: skip
+        for line in lines:
+            session.log(f"{side.name} not matched: {line}")
     to_build = [side for side in sides.values() if side.image is None]
     made = replay.materialise_all(session, "ab", engine, [side.spec for side in to_build])
     for side, (image, lines) in zip(to_build, made, strict=True):
@@ -411,6 +429,9 @@ def ab(session: nox.Session) -> None:
             why = f"a {side.image.variant} image, not {args.variant} (--variant)"
             replay.usage("ab", f"{side.name} {side.given} is {why}")
     run_dir = new_run_dir(f"ab-{args.preset}", args.variant)
+    for side in sides.values():
+        into = run_dir / "outside" / side.name
+        side.site = replay.outside_site(session, "ab", engine, side.image, side.packages, into)
     env = bench.SMOKE_ENV if args.variant == "cpu" else {"JAX_PLATFORMS": "cuda"}
     run_rounds(engine, sides, args, run_dir, env, log=session.log)
     today = _today_runner(session)

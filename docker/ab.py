@@ -13,15 +13,17 @@ from pathlib import Path
 
 from .engine import VARIANTS, image_exists
 from .image import image_from_ref
+from .outside import site_env, site_mounts
 from .runner import run_argv, to_image_path
 from .stacks import StackSpec, Unreproducible, git, resolve_commit, spec_from_record
 
 TOOL = "tools/benchmark_step.py"
 
 AB_USAGE = (
-    "ab A B [--rounds R] [--preset P] (--architectures NAME... | --cases JSON) [--steps N] "
-    "[--warmup N] [--variant cpu|cuda12|cuda13] [--a-env K=V]... [--b-env K=V]... "
-    "[--a-xla-flags FLAGS] [--b-xla-flags FLAGS] [--band PCT] [--alpha A]"
+    "ab A B [--rounds R] [--preset P] (--architectures NAME... | --cases JSON) "
+    "[--step MODULE:FACTORY]... [--steps N] [--warmup N] [--variant cpu|cuda12|cuda13] "
+    "[--outside SRC]... [--a-outside SRC]... [--b-outside SRC]... [--a-env K=V]... "
+    "[--b-env K=V]... [--a-xla-flags FLAGS] [--b-xla-flags FLAGS] [--band PCT] [--alpha A]"
 )
 
 
@@ -33,11 +35,13 @@ class AbArgs:
     preset: str | None = None
     architectures: list[str] = field(default_factory=list)
     cases: list[dict] = field(default_factory=list)
+    step_factories: list[str] = field(default_factory=list)  # --step, one unit each
     steps: int | None = None
     warmup: int | None = None
     variant: str = "cpu"
     env: dict = field(default_factory=lambda: {"A": {}, "B": {}})
     xla_flags: dict = field(default_factory=lambda: {"A": "", "B": ""})
+    outside: dict = field(default_factory=lambda: {"A": [], "B": []})  # docker/outside.py
     band: float = 5.0
     alpha: float = 0.05
 
@@ -45,7 +49,8 @@ class AbArgs:
 def parse_ab(argv: Sequence[str]) -> AbArgs:
     """`nox -s ab -- A B [flags]` (AB_USAGE); Unreproducible names the bad word."""
     words, positional = list(argv), []
-    values: dict = {"env": {"A": {}, "B": {}}, "xla_flags": {"A": "", "B": ""}}
+    values: dict = {"env": {"A": {}, "B": {}}, "xla_flags": {"A": "", "B": ""},
+                    "outside": {"A": [], "B": []}, "step_factories": []}  # fmt: skip
     numbers = {"--rounds": int, "--steps": int, "--warmup": int, "--band": float, "--alpha": float}
     while words:
         word = words.pop(0)
@@ -86,6 +91,11 @@ def parse_ab(argv: Sequence[str]) -> AbArgs:
             values["env"][name[2].upper()][key] = setting
         elif name in ("--a-xla-flags", "--b-xla-flags"):
             values["xla_flags"][name[2].upper()] = value
+        elif name in ("--outside", "--a-outside", "--b-outside"):
+            for side in ("A", "B") if name == "--outside" else (name[2].upper(),):
+                values["outside"][side].append(value)
+        elif name == "--step":
+            values["step_factories"].append(value)
         else:
             raise Unreproducible(f"unrecognized argument {name}; usage: {AB_USAGE}")
     if len(positional) != 2:
@@ -95,9 +105,9 @@ def parse_ab(argv: Sequence[str]) -> AbArgs:
         raise Unreproducible(f"--rounds must be at least 1 (got {args.rounds})")
     if args.variant not in VARIANTS:
         raise Unreproducible(f"--variant {args.variant!r} is not one of: cpu, cuda12, cuda13")
-    if not args.architectures and not args.cases:
+    if not args.architectures and not args.cases and not args.step_factories:
         raise Unreproducible(
-            "ab needs --architectures or --cases: each case runs in its own process"
+            "ab needs --architectures, --cases or --step: each case runs in its own process"
         )
     if args.architectures and args.cases:
         raise Unreproducible("--architectures and --cases exclude each other")
@@ -116,6 +126,9 @@ class Side:
     kind: str  # commit | record | image
     spec: StackSpec | None = None  # commit and record sides
     image: object = None  # engine.Image once materialised
+    environment: dict | None = None  # a record side's: the outside code it used
+    packages: list = field(default_factory=list)  # outside.Package: code from outside dew
+    site: Path | None = None  # where the image's pip installed them
 
     def describe(self) -> dict:
         image = self.image
@@ -123,6 +136,7 @@ class Side:
             "given": self.given, "kind": self.kind,
             "commit": getattr(image, "commit", None) or (self.spec and self.spec.commit),
             "image": getattr(image, "ref", None), "image_id": getattr(image, "id", None),
+            "outside": [package.describe() for package in self.packages],
         }  # fmt: skip
 
 
@@ -136,7 +150,8 @@ def resolve_side(engine, name: str, given: str, variant: str) -> Side:
             raise Unreproducible(f"{name} {given}: not a readable JSON record ({error})") from None
         if not isinstance(record, dict):
             raise Unreproducible(f"{name} {given}: not a results record")
-        return Side(name, given, "record", spec_from_record(record, f"{name} record {given}"))
+        spec = spec_from_record(record, f"{name} record {given}")
+        return Side(name, given, "record", spec, environment=record.get("environment") or {})
     known = git("rev-parse", "--verify", "--quiet", f"{given}^{{commit}}").returncode == 0
     if known:
         commit = resolve_commit(given, f"{name} {given}")
@@ -149,11 +164,16 @@ def resolve_side(engine, name: str, given: str, variant: str) -> Side:
 
 
 def units(args: AbArgs) -> list[dict]:
-    """One process each: an architecture (the preset's cases of it) or one case."""
+    """One process each: an architecture (the preset's cases of it), one case or one step."""
+    steps = [{"label": spec, "args": ["--step", spec]} for spec in args.step_factories]
     if args.cases:
-        return [{"label": case.get("architecture", "?"), "args": ["--cases", json.dumps([case])]}
-                for case in args.cases]  # fmt: skip
-    return [{"label": name, "args": ["--architectures", name]} for name in args.architectures]
+        return [
+            {"label": case.get("architecture") or case.get("step") or "?",
+             "args": ["--cases", json.dumps([case])]}
+            for case in args.cases
+        ] + steps  # fmt: skip
+    named = [{"label": name, "args": ["--architectures", name]} for name in args.architectures]
+    return named + steps
 
 
 def order(round_index: int, unit_index: int) -> tuple[str, str]:
@@ -174,7 +194,7 @@ def run_rounds(engine, sides: dict, args: AbArgs, run_dir: Path, env: dict, log=
     manifest = {
         "sides": {name: side.describe() for name, side in sides.items()},
         "rounds": args.rounds, "units": [unit["label"] for unit in plan],
-        "env": {name: side_env(env, args, name) for name in sides},
+        "env": {name: side_env(env, args, name, side) for name, side in sides.items()},
         "tool": tool, "band": args.band, "alpha": args.alpha, "order": [],
     }  # fmt: skip
     gpu = args.variant != "cpu"
@@ -186,7 +206,8 @@ def run_rounds(engine, sides: dict, args: AbArgs, run_dir: Path, env: dict, log=
                 command = ["python", TOOL, *tool, *unit["args"], "--json-out",
                            to_image_path(out)]  # fmt: skip
                 argv = run_argv(engine, sides[name].image, command,
-                                           env=side_env(env, args, name), gpu=gpu)  # fmt: skip
+                                env=side_env(env, args, name, sides[name]), gpu=gpu,
+                                mounts=site_mounts(sides[name].site))  # fmt: skip
                 started = time.monotonic()
                 with open(rounds_dir / f"{stem}.log", "w") as output:
                     code = subprocess.call(argv, stdout=output, stderr=subprocess.STDOUT)
@@ -198,8 +219,8 @@ def run_rounds(engine, sides: dict, args: AbArgs, run_dir: Path, env: dict, log=
                 (run_dir / "ab-plan.json").write_text(json.dumps(manifest, indent=2) + "\n")
 
 
-def side_env(env: dict, args: AbArgs, name: str) -> dict:
-    merged = {**env, **args.env[name]}
+def side_env(env: dict, args: AbArgs, name: str, side: Side | None = None) -> dict:
+    merged = {**env, **site_env(side is not None and side.site is not None), **args.env[name]}
     if args.xla_flags[name]:
         merged["XLA_FLAGS"] = f"{merged.get('XLA_FLAGS', '')} {args.xla_flags[name]}".strip()
     return merged

@@ -8,8 +8,11 @@ built, is one line and exit 2 (`usage`).
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 from dew.bench.record import stack
@@ -18,7 +21,31 @@ from .base import DEFAULT_BASE_IMAGE
 from .benchmarks import choose_engine, resolve_base, usage
 from .engine import EngineError
 from .gpu import gpu_here, gpu_preflight
-from .stacks import choose_base, materialise, remove_built
+from .outside import Package, install, keep, prepare_all
+from .stacks import Unreproducible, choose_base, materialise, remove_built
+
+REPRODUCE_USAGE = "reproduce RECORD.json [--outside PATH[@REV]|WHEEL]..."
+
+
+def parse_reproduce(argv: list[str]) -> tuple[Path, list[str]]:
+    """`nox -s reproduce -- RECORD [--outside SOURCE]...`: the record and the sources of
+    the code from outside dew its rows used; or one line and exit 2."""
+    words, positional, sources = list(argv), [], []
+    while words:
+        word = words.pop(0)
+        name, eq, inline = word.partition("=")
+        if name == "--outside":
+            if not eq and not words:
+                usage("reproduce", f"--outside needs a source; usage: {REPRODUCE_USAGE}")
+            sources.append(inline if eq else words.pop(0))
+        elif word.startswith("--"):
+            usage("reproduce", f"unrecognized argument {word}; usage: {REPRODUCE_USAGE}")
+        else:
+            positional.append(word)
+    if len(positional) != 1:
+        usage("reproduce", f"takes one step record (a JSON file), got {len(positional)}; "
+                           f"usage: {REPRODUCE_USAGE}")  # fmt: skip
+    return Path(positional[0]), sources
 
 
 def read_step_record(prog: str, path: Path) -> tuple[dict, dict, dict]:
@@ -70,3 +97,48 @@ def materialise_all(session, prog: str, engine, specs) -> list[tuple[object, lis
 def not_matched(environment: dict, image) -> list[str]:
     """What of the record's stack the materialised image (or this host) does not match."""
     return stack.rebuild_differences(environment, image.container(), gpu_here)
+
+
+def outside_wheels(
+    session,
+    prog: str,
+    sources: list[str],
+    environment: dict | None,
+    origin: str,
+    scratch: Path,
+) -> tuple[list[Package], list[str]]:
+    """The wheels of the code from outside dew (docker/outside.py), built before any image
+    so that a bad source costs no build; and what of a record's outside packages they do not
+    match. The session's venv builds them (the caller installed its lock: setuptools)."""
+    if not sources and not stack.outside_packages(environment or {}):
+        return [], []
+    python = str(Path(session.bin) / "python")
+    try:
+        return prepare_all(sources, scratch, python, environment, origin)
+    except (Unreproducible, OSError) as error:
+        usage(prog, str(error))
+
+
+def outside_site(
+    session, prog: str, engine, image, packages: list[Package], into: Path
+) -> Path | None:
+    """The packages installed by the image's pip into `into`/site (their wheels kept in
+    `into`/wheels); None when there are none."""
+    if not packages:
+        return None
+    keep(packages, into / "wheels")
+    site = into / "site"
+    try:
+        install(engine, image, packages, site)
+    except (Unreproducible, OSError) as error:
+        usage(prog, str(error))
+    for package in packages:
+        session.log(f"outside dew: {package.label()} from {package.given}, in {site}")
+    return site
+
+
+def scratch_dir() -> Path:
+    """A folder for wheels until the run's own folder exists (removed with the process)."""
+    path = Path(tempfile.mkdtemp(prefix="dew-outside-"))
+    atexit.register(shutil.rmtree, path, True)
+    return path

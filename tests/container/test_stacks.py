@@ -134,7 +134,7 @@ def test_the_issue_command_line_parses():
     [
         (["A", "B", "--architectures", "uvit", "--rounds", "0"], "--rounds must be at least 1"),
         (["A", "--architectures", "uvit"], "ab takes two stacks A and B, got 1"),
-        (["A", "B"], "ab needs --architectures or --cases"),
+        (["A", "B"], "ab needs --architectures, --cases or --step"),
         (["A", "B", "--cases", "{"], "--cases is not valid JSON"),
         (["A", "B", "--architectures", "uvit", "--rounds", "x"], "--rounds 'x' is not a number"),
         (["A", "B", "--architectures", "uvit", "--a-env", "NOEQUALS"], "is not KEY=VALUE"),

@@ -146,8 +146,9 @@ def decide(found: list[Case], band: float, alpha: float) -> None:
 
 
 def side_record(side: str, plan: dict, runs: dict[int, list[BenchmarkRun]], found: list[Case]):
-    """The side's record: the first run's header, each case's row with every round as a
-    repeat and its figures the medians over the rounds."""
+    """The side's record: the first run's header (with the outside code of every run: each
+    case ran in its own process), each case's row with every round as a repeat and its
+    figures the medians over the rounds."""
     ordered = [record for _, group in sorted(runs.items()) for record in group]
     if not ordered:
         return None
@@ -168,9 +169,19 @@ def side_record(side: str, plan: dict, runs: dict[int, list[BenchmarkRun]], foun
     )
     return BenchmarkRun(
         schema_version=SCHEMA_VERSION, kind="step", created=first.created,
-        command=first.command, settings=settings, environment=first.environment,
+        command=first.command, settings=settings, environment=_with_all_outside(ordered),
         idle_check=first.idle_check, rows=rows, note=note,
     )  # fmt: skip
+
+
+def _with_all_outside(ordered: list[BenchmarkRun]):
+    environment = ordered[0].environment.model_copy()
+    seen = {}
+    for record in ordered:
+        for item in record.environment.outside_code or []:
+            seen.setdefault((item.distribution, item.module), item)
+    environment.outside_code = list(seen.values()) or environment.outside_code
+    return environment
 
 
 def _side_row(by_round: dict[int, StepRow]) -> StepRow:
@@ -212,7 +223,13 @@ def render(plan: dict, found: list[Case], band: float, alpha: float) -> str:
     def name(side: str) -> str:
         info = sides[side]
         commit = (info.get("commit") or "not labelled")[:7]
-        return f"**{side}** `{info['given']}` ({info['kind']}): commit {commit}, `{info['image']}`"
+        line = f"**{side}** `{info['given']}` ({info['kind']}): commit {commit}, `{info['image']}`"
+        outside = [
+            f"{item['distribution']} {item['version']}"
+            + (f" @ {item['commit'][:7]}" if item.get("commit") else "")
+            for item in info.get("outside") or []
+        ]
+        return line + (f"; from outside dew: {', '.join(outside)}" if outside else "")
 
     rounds = plan["rounds"]
     lines = [

@@ -14,7 +14,6 @@ import importlib.metadata
 import importlib.util
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -23,14 +22,9 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from dew.bench.record.schema.environment import OutsideCode
+from dew.bench.record.stack import distribution_name
 
 GIT_TIMEOUT_S = 20
-
-
-def distribution_name(name: str) -> str:
-    """A distribution's name as the record's `packages` writes it (PEP 503:
-    `Dew_Example` -> `dew-example`)."""
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def describe(uses: Mapping[str, Sequence[str]]) -> list[OutsideCode]:

@@ -113,6 +113,61 @@ def outside_commits(environment: dict) -> dict[str, tuple[Any, Any]]:
     }
 
 
+def distribution_name(name: str) -> str:
+    """A distribution's name as the record's `packages` writes it (PEP 503:
+    `Dew_Example` -> `dew-example`)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def outside_packages(environment: dict) -> dict[str, dict]:
+    """The packages from outside dew a run used, by distribution: {version, commit, dirty}
+    (a module no distribution holds is left out: nothing could install it again)."""
+    found: dict[str, dict] = {}
+    for item in environment.get("outside_code") or []:
+        if isinstance(item, dict) and item.get("distribution"):
+            found.setdefault(item["distribution"], {
+                "version": item.get("version"), "commit": item.get("commit"),
+                "dirty": item.get("dirty"),
+            })  # fmt: skip
+    return found
+
+
+def outside_differences(environment: dict, given: list[dict]) -> tuple[list[str], list[str]]:
+    """(missing, lines): the record's outside packages that `given` (each a distribution,
+    version and commit, as installed for a rerun) lacks, and what of the rest differs,
+    one line each."""
+    recorded = outside_packages(environment)
+    by_name = {item["distribution"]: item for item in given}
+    missing = [
+        name + "".join(f" {value}" for value in (want["version"], _short(want["commit"])) if value)
+        for name, want in recorded.items()
+        if name not in by_name
+    ]
+    lines = []
+    for name, want in recorded.items():
+        have = by_name.get(name)
+        if have is None:
+            continue
+        if want["version"] and have.get("version") != want["version"]:
+            given_version = have.get("version")
+            lines.append(f"package {name}: the record's {want['version']}, given {given_version}")
+        commit = have.get("commit")
+        if want["commit"] and not (commit and _same_commit(want["commit"], commit)):
+            lines.append(
+                f"package {name} commit: the record's {_short(want['commit'])}, "
+                f"given {_short(commit) or 'none (not built from a commit)'}"
+            )
+        if want["dirty"]:
+            lines.append(f"package {name}: the record ran it from a dirty tree, not in the record")
+    for name in by_name.keys() - recorded.keys():
+        lines.append(f"package {name}: given, but the record used no such package")
+    return missing, lines
+
+
+def _short(commit: str | None) -> str:
+    return commit[:7] if commit else ""
+
+
 def recorded_variant(record: dict) -> str:
     """The lock a record's stack was built from (locks/<variant>.txt): the container's, else
     cuda13 for a GPU run and cpu for the rest."""

@@ -1,0 +1,235 @@
+"""docker/outside.py without an engine: code from outside dew turned into wheels for
+`nox -s ab` and `nox -s reproduce` (a git checkout at a commit, a plain folder, a wheel),
+built for real by pip and setuptools from a copy of examples/dew-example committed twice
+to a git repository of the test's own; what of a record's outside packages a source
+matches; and each bad source as one line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from docker_modules import ROOT, load
+
+from dew.bench.record import stack
+
+outside = load("outside")
+reproduce = load("reproduce")
+Unreproducible = load("stacks").Unreproducible
+
+EXAMPLE = ROOT / "examples" / "dew-example"
+PYTHON = sys.executable  # the tests' venv: locks/dev.txt, with setuptools
+
+
+def git(repo: Path, *args: str) -> str:
+    done = subprocess.run(
+        ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return done.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def checkout(tmp_path_factory) -> dict:
+    """The example in a git repository's subfolder: 0.1.0 committed, then 0.2.0."""
+    repo = tmp_path_factory.mktemp("user") / "models"
+    project = repo / "packages" / "dew-example"
+    ignore = shutil.ignore_patterns("build", "*.egg-info", "__pycache__")
+    shutil.copytree(EXAMPLE, project, ignore=ignore)
+    git(repo, "init", "-q")
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "0.1.0")
+    first = git(repo, "rev-parse", "HEAD")
+    pyproject = project / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace('"0.1.0"', '"0.2.0"'))
+    git(repo, "commit", "-qam", "0.2.0")
+    return {
+        "repo": repo,
+        "project": project,
+        "first": first,
+        "second": git(repo, "rev-parse", "HEAD"),
+    }
+
+
+def test_a_checkout_is_built_at_head_and_at_any_commit_named(checkout, tmp_path):
+    head = outside.prepare(str(checkout["project"]), tmp_path, PYTHON)
+    assert (head.distribution, head.version, head.commit) == (
+        "dew-example",
+        "0.2.0",
+        checkout["second"],
+    )
+    assert head.subdirectory == "packages/dew-example"
+    older = outside.prepare(f"{checkout['project']}@HEAD~1", tmp_path, PYTHON)
+    assert (older.version, older.commit) == ("0.1.0", checkout["first"])
+    assert older.label() == f"dew-example 0.1.0 @ {checkout['first'][:7]}"
+    with zipfile.ZipFile(older.wheel) as wheel:  # a real wheel, with the entry point
+        names = wheel.namelist()
+        (entry_points,) = [name for name in names if name.endswith("entry_points.txt")]
+        assert "tiny_mixer = dew_example.models:TinyMixer" in wheel.read(entry_points).decode()
+    assert sorted(path.name for path in tmp_path.glob("*.whl")) == [
+        "dew_example-0.1.0-py3-none-any.whl", "dew_example-0.2.0-py3-none-any.whl",
+    ]  # fmt: skip
+
+
+def test_a_record_s_commit_is_the_one_built_when_no_rev_is_given(checkout, tmp_path):
+    built = outside.prepare(str(checkout["project"]), tmp_path, PYTHON, (checkout["first"][:7],))
+    assert (built.version, built.commit) == ("0.1.0", checkout["first"])
+
+
+def test_uncommitted_changes_are_refused_unless_a_commit_is_named(checkout, tmp_path):
+    models = checkout["project"] / "dew_example" / "models.py"
+    kept = models.read_text()
+    models.write_text(kept + "# an edit\n")
+    try:
+        with pytest.raises(Unreproducible, match="has uncommitted changes, which no record"):
+            outside.prepare(str(checkout["project"]), tmp_path, PYTHON)
+        named = outside.prepare(f"{checkout['project']}@HEAD", tmp_path, PYTHON)
+        assert named.commit == checkout["second"]
+    finally:
+        models.write_text(kept)
+    (checkout["repo"] / "elsewhere.txt").write_text("untracked, outside the project\n")
+    assert outside.prepare(str(checkout["project"]), tmp_path, PYTHON).commit == checkout["second"]
+
+
+def test_a_plain_folder_and_a_wheel_are_taken_as_they_are(tmp_path):
+    ignore = shutil.ignore_patterns("build", "*.egg-info", "__pycache__")
+    folder = shutil.copytree(EXAMPLE, tmp_path / "plain", ignore=ignore)
+    # The copy lies outside any git work tree only if tmp does; say so rather than assume.
+    if subprocess.run(["git", "-C", str(folder), "rev-parse"], capture_output=True).returncode == 0:
+        pytest.skip("the temporary folder is inside a git work tree here")
+    built = outside.prepare(str(folder), tmp_path / "w1", PYTHON)
+    assert (built.version, built.commit) == ("0.1.0", None)
+    again = outside.prepare(str(built.wheel), tmp_path / "w2", PYTHON)
+    assert (again.distribution, again.version, again.commit) == ("dew-example", "0.1.0", None)
+    assert again.wheel.parent == tmp_path / "w2"
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ("{project}@nosuchrev", "has no commit nosuchrev; git fetch it"),
+        ("{tmp}/nothing-here", "no such file or folder"),
+        ("{project}/pyproject.toml", "a file must be a wheel (.whl)"),
+        ("{repo}/packages", "no pyproject.toml or setup.py, no package to build"),
+        ("{project}@", "nothing after @"),
+    ],
+)
+def test_bad_sources_are_one_line(checkout, tmp_path, source, message):
+    given = source.format(project=checkout["project"], repo=checkout["repo"], tmp=tmp_path)
+    with pytest.raises(Unreproducible, match=message.replace("(", r"\(").replace(")", r"\)")):
+        outside.prepare(given, tmp_path / "wheels", PYTHON)
+
+
+def test_a_project_whose_backend_is_missing_asks_for_its_wheel(tmp_path):
+    project = tmp_path / "hatched"
+    project.mkdir()
+    (project / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["no-such-backend"]\nbuild-backend = "no_such_backend"\n'
+        '[project]\nname = "hatched"\nversion = "1"\n'
+    )
+    with pytest.raises(Unreproducible, match=r"cannot build its wheel here .*give the \.whl"):
+        outside.build_wheel(project, tmp_path / "wheels", PYTHON, str(project))
+
+
+def test_the_commit_is_written_where_the_record_reads_it(checkout, tmp_path):
+    built = outside.prepare(str(checkout["project"]), tmp_path / "wheels", PYTHON)
+    site = tmp_path / "site"
+    dist_info = site / "dew_example-0.2.0.dist-info"
+    dist_info.mkdir(parents=True)  # as the image's pip leaves it
+    outside._write_direct_url(site, built)
+    origin = json.loads((dist_info / "direct_url.json").read_text())
+    assert origin["vcs_info"] == {"vcs": "git", "commit_id": checkout["second"]}
+    assert origin["subdirectory"] == "packages/dew-example"
+    assert origin["url"] == checkout["repo"].resolve().as_uri()
+
+
+# --- a record's outside packages against the sources given ----------------------------------------
+
+
+def recorded(version="0.1.0", commit="c" * 40, dirty=False) -> dict:
+    return {"outside_code": [
+        {"distribution": "dew-example", "version": version, "module": "dew_example.models",
+         "used_by": ["tiny_mixer"], "commit": commit, "dirty": dirty, "source": "direct_url"},
+        {"distribution": "dew-example", "version": version, "module": "dew_example.steps",
+         "used_by": ["dew_example.steps:make_step"], "commit": commit, "dirty": dirty},
+    ]}  # fmt: skip
+
+
+def given(version="0.1.0", commit="c" * 40, name="dew-example") -> dict:
+    return {"distribution": name, "version": version, "commit": commit}
+
+
+def test_the_same_package_at_the_same_commit_matches():
+    assert stack.outside_differences(recorded(), [given(commit="c" * 7)]) == ([], [])
+
+
+def test_another_version_commit_or_package_is_a_line_each():
+    missing, lines = stack.outside_differences(
+        recorded(dirty=True), [given("0.2.0", "d" * 40), given(name="other")]
+    )
+    assert missing == []
+    assert lines == [
+        "package dew-example: the record's 0.1.0, given 0.2.0",
+        "package dew-example commit: the record's ccccccc, given ddddddd",
+        "package dew-example: the record ran it from a dirty tree, not in the record",
+        "package other: given, but the record used no such package",
+    ]
+    _, lines = stack.outside_differences(recorded(), [given(commit=None)])
+    assert lines == [
+        "package dew-example commit: the record's ccccccc, given none (not built from a commit)"
+    ]
+
+
+def test_a_package_the_record_used_and_none_gives_is_missing():
+    missing, _ = stack.outside_differences(recorded(), [])
+    assert missing == ["dew-example 0.1.0 ccccccc"]
+    expected = r"record x.json used dew-example 0.1.0 ccccccc from outside dew, which dew's image"
+    with pytest.raises(Unreproducible, match=expected + r" lacks: give it with --outside"):
+        outside.prepare_all([], Path("/nonexistent"), PYTHON, recorded(), "record x.json")
+
+
+def test_a_package_given_twice_is_refused(checkout, tmp_path):
+    source = str(checkout["project"])
+    with pytest.raises(Unreproducible, match="gives dew-example more than once"):
+        outside.prepare_all([source, f"{source}@HEAD~1"], tmp_path, PYTHON)
+
+
+# --- the sessions' command lines ----------------------------------------------------------------
+
+
+def test_reproduce_takes_a_record_and_its_outside_sources(capsys):
+    record, sources = reproduce.parse_reproduce(
+        ["r.json", "--outside", "a@HEAD", "--outside=b.whl"]
+    )
+    assert (record, sources) == (Path("r.json"), ["a@HEAD", "b.whl"])
+    for argv, message in [
+        ([], "takes one step record (a JSON file), got 0"),
+        (["r.json", "--outside"], "--outside needs a source"),
+        (["r.json", "--other", "x"], "unrecognized argument --other"),
+    ]:
+        with pytest.raises(SystemExit) as exit_:
+            reproduce.parse_reproduce(argv)
+        assert exit_.value.code == 2
+        assert message in capsys.readouterr().err
+
+
+def test_ab_gives_outside_sources_to_both_sides_or_one_and_takes_steps():
+    ab = load("ab")
+    args = ab.parse_ab(["HEAD", "HEAD", "--outside", "shared", "--a-outside", "old@v1",
+                        "--b-outside", "new", "--step", "pkg.steps:make",
+                        "--architectures", "m"])  # fmt: skip
+    assert args.outside == {"A": ["shared", "old@v1"], "B": ["shared", "new"]}
+    assert [unit["label"] for unit in ab.units(args)] == ["m", "pkg.steps:make"]
+    assert ab.units(args)[1]["args"] == ["--step", "pkg.steps:make"]
+    alone = ab.parse_ab(["A", "B", "--step", "pkg.steps:make"])
+    assert [unit["args"] for unit in ab.units(alone)] == [["--step", "pkg.steps:make"]]
+    side = ab.Side("A", "HEAD", "commit", site=Path("/somewhere"))
+    assert (
+        ab.side_env({"JAX_PLATFORMS": "cpu"}, args, "A", side)["PYTHONPATH"] == outside.OUTSIDE_SITE
+    )
+    assert "PYTHONPATH" not in ab.side_env({}, args, "A", ab.Side("A", "HEAD", "commit"))
