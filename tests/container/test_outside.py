@@ -14,7 +14,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from docker_modules import ROOT, load
+from docker_modules import ROOT, example_checkout, load
 
 from dew.bench.record import stack
 
@@ -39,21 +39,8 @@ def checkout(tmp_path_factory) -> dict:
     """The example in a git repository's subfolder: 0.1.0 committed, then 0.2.0."""
     repo = tmp_path_factory.mktemp("user") / "models"
     project = repo / "packages" / "dew-example"
-    ignore = shutil.ignore_patterns("build", "*.egg-info", "__pycache__")
-    shutil.copytree(EXAMPLE, project, ignore=ignore)
-    git(repo, "init", "-q")
-    git(repo, "add", ".")
-    git(repo, "commit", "-qm", "0.1.0")
-    first = git(repo, "rev-parse", "HEAD")
-    pyproject = project / "pyproject.toml"
-    pyproject.write_text(pyproject.read_text().replace('"0.1.0"', '"0.2.0"'))
-    git(repo, "commit", "-qam", "0.2.0")
-    return {
-        "repo": repo,
-        "project": project,
-        "first": first,
-        "second": git(repo, "rev-parse", "HEAD"),
-    }
+    first, second = example_checkout(repo, project)
+    return {"repo": repo, "project": project, "first": first, "second": second}
 
 
 def test_a_checkout_is_built_at_head_and_at_any_commit_named(checkout, tmp_path):

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from docker_modules import ROOT, load, nox_command, unavailable
+from docker_modules import ROOT, example_checkout, load, nox_command, unavailable
 
 containers = load("engine")
 
@@ -62,17 +62,7 @@ def test_ab_and_reproduce_take_a_package_from_outside_dew(tmp_path):
     if git(ROOT, "status", "--porcelain", "--untracked-files=no", "--", "src", "tools"):
         pytest.skip("dew's stack at HEAD would not hold the uncommitted src/ or tools/ here")
     repo = tmp_path / "models"
-    shutil.copytree(
-        EXAMPLE, repo, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__")
-    )
-    git(repo, "init", "-q")
-    git(repo, "add", ".")
-    git(repo, "commit", "-qm", "0.1.0")
-    first = git(repo, "rev-parse", "HEAD")
-    pyproject = repo / "pyproject.toml"
-    pyproject.write_text(pyproject.read_text().replace('"0.1.0"', '"0.2.0"'))
-    git(repo, "commit", "-qam", "0.2.0")
-    second = git(repo, "rev-parse", "HEAD")
+    first, second = example_checkout(repo, repo)
 
     started = time.time()
     kept = []

@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "dew-example"
 ARCHITECTURE = "tiny_mixer"
 STEP = "dew_example.steps:make_step"
-DISTRIBUTION, VERSION = "dew-example", "0.1.0"
+DISTRIBUTION, VERSION = "dew-example", "0.2.0"
 
 pytestmark = pytest.mark.slow  # two benchmark runs of 2 cases x 2 fresh processes each
 

@@ -47,7 +47,7 @@ class TinyMixerConfig(ModelConfig):
 
     presets: ClassVar = {
         "small": {},
-        "cpu-smoke": {"image_size": 16, "width": 64, "depth": 2, "mlp_ratio": 2},
+        "cpu-smoke": {"image_size": 16, "width": 64, "depth": 4, "mlp_ratio": 2},
     }
 
     @pydantic.model_validator(mode="after")
