@@ -405,3 +405,20 @@ def test_swapping_the_records_gives_reciprocal_ratios_and_mirrored_verdicts(caps
     assert drift_ab["interval"][0] * drift_ba["interval"][1] == pytest.approx(1, abs=1e-12)
     if run == OPT0:  # the mirror held on real changes
         assert [row["verdict"] for row in ab["rows"]].count("slower") == 3
+
+
+def test_the_ratio_beside_an_interval_is_the_one_its_verdict_judged(capsys):
+    """A row's figure is the median of its repeats, the verdict's estimate the ratio of
+    their geometric means; with skewed repeats the two differ, and the cell that shows the
+    interval shows the estimate it belongs to (never "-22% ... inside the band")."""
+    run, reference = read_run(AA2_A), read_run(AA2_B)
+    judged = {r.label: r.difference.ratio for r in comparison.compare(run, reference).counted}
+    assert compare.main([str(AA2_A), str(AA2_B)]) in (0, 1)
+    cells = {}
+    for line in capsys.readouterr().out.splitlines():
+        parts = [part.strip() for part in line.strip("|").split("|")]
+        if len(parts) > 4 and parts[0] in judged:
+            cells[parts[0]] = parts[3]
+    assert cells.keys() == judged.keys()
+    for label, ratio in judged.items():
+        assert cells[label].startswith(f"{ratio:.3f} ("), (label, cells[label], ratio)

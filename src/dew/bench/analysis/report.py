@@ -35,6 +35,14 @@ def shown_interval(row: RowComparison, timing: str) -> tuple[float, float] | Non
     return (1 / high, 1 / low) if timing == "samples_per_s" else (low, high)
 
 
+def shown_ratio(row: RowComparison, timing: str) -> float | None:
+    """The timing ratio the verdict judged: of the repeats' geometric means (the row's own
+    figures are medians, whose ratio can differ when the repeats are skewed)."""
+    if row.difference is None:
+        return None
+    return 1 / row.difference.ratio if timing == "samples_per_s" else row.difference.ratio
+
+
 def _percent(fraction: float | None) -> str:
     return MISSING if fraction is None else f"{fraction:.0%}"
 
@@ -96,8 +104,10 @@ def comparison(cmp: Comparison, run: BenchmarkRun, ref: BenchmarkRun, fmt: str =
         b = getattr(r.reference, cmp.timing) if r.reference else None
         ratios = [_ratio_text(r.ratios.get(f)) for f in cmp.fields]
         interval = shown_interval(r, cmp.timing)
-        if interval is not None:
-            ratios[0] += f" [{interval[0]:.3f}, {interval[1]:.3f}]"
+        if interval is not None:  # the estimate the interval and the verdict are about
+            ratios[0] = (
+                f"{_ratio_text(shown_ratio(r, cmp.timing))} [{interval[0]:.3f}, {interval[1]:.3f}]"
+            )
         p = MISSING if r.adjusted_p is None else f"{r.adjusted_p:.3g}"
         mde = _percent(r.detect.mde if r.detect else None)
         body.append([r.label, num(getattr(r.run, cmp.timing), 2), num(b, 2), *ratios, p, mde,
@@ -105,8 +115,9 @@ def comparison(cmp: Comparison, run: BenchmarkRun, ref: BenchmarkRun, fmt: str =
                      *([r.compiled or MISSING] if compiled else []), r.verdict])  # fmt: skip
     out += [f"{h}Rows", "", table(headers, body, style)]
     out.append(
-        f"Ratios are run / reference; the interval is the {timing} ratio's 95% interval (the "
-        f"repeats and the run level); MDE: the smallest change the row would call with 80% "
+        f"Ratios are run / reference; with an interval, the {timing} ratio is that of the "
+        f"repeats' geometric means and the interval its 95% interval (the repeats and the run "
+        f"level); MDE: the smallest change the row would call with 80% "
         f"power; {target}: repeats a side for an MDE of {cmp.target:.0%}"
         + (
             "; compiled: whether both sides ran the same compiled program (the fingerprints "
