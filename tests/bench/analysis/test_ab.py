@@ -194,3 +194,34 @@ def test_band_out_of_range_is_refused(tmp_path, capsys):
     run_dir = make_run(tmp_path, {"uvit": noisy(40, 3)}, {"uvit": noisy(40, 3)})
     assert ab.main([str(run_dir), "--band", "0"]) == 2
     assert "--band 0 is not a percentage" in capsys.readouterr().err
+
+
+def test_a_side_of_code_from_outside_dew_names_it_and_every_module_its_cases_used(tmp_path, capsys):
+    """Each case ran in its own process, so each round's record names only its own module;
+    the side's record names all of them, and the table each side's packages."""
+    a = {"my_mixer": noisy(30, 3), "pkg.steps:make": noisy(2, 3)}
+    run_dir = make_run(tmp_path, a, {name: noisy(base[0], 3) for name, base in a.items()})
+    modules = {"c01": ("pkg.models", "my_mixer"), "c02": ("pkg.steps", "pkg.steps:make")}
+    for path in (run_dir / "rounds").glob("*.json"):
+        record = json.loads(path.read_text())
+        module, used_by = modules[path.stem.rsplit("-", 1)[1]]
+        version = "0.1.0" if path.name.startswith("A") else "0.2.0"
+        record["environment"]["outside_code"] = [{
+            "distribution": "pkg", "version": version, "module": module, "used_by": [used_by],
+            "commit": "c" * 40, "dirty": None, "source": "direct_url",
+        }]  # fmt: skip
+        path.write_text(json.dumps(record))
+    plan = json.loads((run_dir / ab.PLAN).read_text())
+    for side, version in (("A", "0.1.0"), ("B", "0.2.0")):
+        plan["sides"][side]["outside"] = [
+            {"given": "../pkg", "distribution": "pkg", "version": version, "commit": "c" * 40}
+        ]
+    (run_dir / ab.PLAN).write_text(json.dumps(plan))
+    assert ab.main([str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "from outside dew: pkg 0.1.0 @ ccccccc" in out
+    assert "from outside dew: pkg 0.2.0 @ ccccccc" in out
+    for side, version in (("a", "0.1.0"), ("b", "0.2.0")):
+        code = read_run(run_dir / f"{side}.json").environment.outside_code
+        assert sorted(item.module for item in code) == ["pkg.models", "pkg.steps"]
+        assert {item.version for item in code} == {version}
