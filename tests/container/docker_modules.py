@@ -61,26 +61,28 @@ def nox_command() -> list[str]:
     unavailable("nox is not installed (`python3.12 -m pip install nox`)")
 
 
+def git(repo: Path, *args: str) -> str:
+    """git's output in `repo`, as a fixed author (a test's own repository); raises on failure."""
+    done = subprocess.run(
+        ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return done.stdout.strip()
+
+
 def example_checkout(repo: Path, project: Path) -> tuple[str, str]:
     """examples/dew-example copied to `project` inside a new git repository `repo` (they may
     be one folder) and committed twice, as version 0.1.0 and then 0.2.0: the commits."""
-
-    def git(*args: str) -> str:
-        done = subprocess.run(
-            ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
-            capture_output=True, text=True, check=True,
-        )  # fmt: skip
-        return done.stdout.strip()
 
     ignore = shutil.ignore_patterns("build", "*.egg-info", "__pycache__")
     shutil.copytree(ROOT / "examples" / "dew-example", project, ignore=ignore)
     pyproject = project / "pyproject.toml"
     commits = []
-    git("init", "-q")
+    git(repo, "init", "-q")
     for version in ("0.1.0", "0.2.0"):
         text = re.sub(r'(?m)^version = ".*"$', f'version = "{version}"', pyproject.read_text())
         pyproject.write_text(text)
-        git("add", ".")
-        git("commit", "-qm", version)
-        commits.append(git("rev-parse", "HEAD"))
+        git(repo, "add", ".")
+        git(repo, "commit", "-qm", version)
+        commits.append(git(repo, "rev-parse", "HEAD"))
     return commits[0], commits[1]

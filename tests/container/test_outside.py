@@ -26,14 +26,6 @@ EXAMPLE = ROOT / "examples" / "dew-example"
 PYTHON = sys.executable  # the tests' venv: locks/dev.txt, with setuptools
 
 
-def git(repo: Path, *args: str) -> str:
-    done = subprocess.run(
-        ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    return done.stdout.strip()
-
-
 @pytest.fixture(scope="module")
 def checkout(tmp_path_factory) -> dict:
     """The example in a git repository's subfolder: 0.1.0 committed, then 0.2.0."""
@@ -90,9 +82,9 @@ def test_a_plain_folder_and_a_wheel_are_taken_as_they_are(tmp_path):
     if subprocess.run(["git", "-C", str(folder), "rev-parse"], capture_output=True).returncode == 0:
         pytest.skip("the temporary folder is inside a git work tree here")
     built = outside.prepare(str(folder), tmp_path / "w1", PYTHON)
-    assert (built.version, built.commit) == ("0.1.0", None)
+    assert (built.version, built.commit) == ("0.2.0", None)  # the example as it is
     again = outside.prepare(str(built.wheel), tmp_path / "w2", PYTHON)
-    assert (again.distribution, again.version, again.commit) == ("dew-example", "0.1.0", None)
+    assert (again.distribution, again.version, again.commit) == ("dew-example", "0.2.0", None)
     assert again.wheel.parent == tmp_path / "w2"
 
 

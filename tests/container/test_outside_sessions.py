@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from docker_modules import ROOT, example_checkout, load, nox_command, unavailable
+from docker_modules import ROOT, example_checkout, git, load, nox_command, unavailable
 
 containers = load("engine")
 
@@ -25,14 +25,6 @@ EXAMPLE = ROOT / "examples" / "dew-example"
 STEP = "dew_example.steps:make_step"
 
 pytestmark = [pytest.mark.slow, pytest.mark.container]  # builds dew's stack at HEAD
-
-
-def git(repo: Path, *args: str) -> str:
-    done = subprocess.run(
-        ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    return done.stdout.strip()
 
 
 def session(name: str, posargs: list[str], tmp: Path, timeout: int = 1800):
