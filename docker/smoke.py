@@ -13,6 +13,8 @@ import os
 import shutil
 from pathlib import Path
 
+from dew.bench.record import stack  # standard library only; the noxfile puts src/ on sys.path
+
 from .benchmarks import (
     SMOKE_ENV,
     SMOKE_IMAGE_SIZE,
@@ -95,14 +97,13 @@ def cuda_arguments(posargs: list[str]) -> tuple[str, list[str]]:
 
 def cuda_packages(packages: dict) -> dict[str, str]:
     """The CUDA plugin and CUDA library wheels among a record's packages."""
-    cuda = {k: v for k, v in packages.items() if k.startswith(("jax-cuda", "nvidia-")) and v}
+    cuda = {k: v for k, v in packages.items() if k.startswith(stack.CUDA_PREFIXES) and v}
     return {name: cuda[name] for name in sorted(cuda) if name != "nvidia-ml-py"}
 
 
-def check_cuda_record(step_json: Path, image) -> list[str]:
+def check_cuda_record(record: dict, image) -> list[str]:
     """What the cuda-smoke record lacks, one line each: every row ok, the CUDA image named
     (tag, id, variant), its CUDA plugin and at least one CUDA library in its packages."""
-    record = json.loads(step_json.read_text())
     problems = [
         f"row {row.get('architecture')}: {row.get('status')}"
         for row in record.get("rows", [])
@@ -127,10 +128,10 @@ def check_cuda_record(step_json: Path, image) -> list[str]:
 def verify_cuda_record(session, step_json: Path, image) -> None:
     """The record's CUDA wheels said in one line, then check_cuda_record's problems as the
     session's one error line."""
-    environment = json.loads(step_json.read_text()).get("environment") or {}
-    cuda = cuda_packages(environment.get("packages") or {})
+    record = json.loads(step_json.read_text())
+    cuda = cuda_packages((record.get("environment") or {}).get("packages") or {})
     session.log("CUDA wheels in the record: " + ", ".join(f"{k} {v}" for k, v in cuda.items()))
-    problems = check_cuda_record(step_json, image)
+    problems = check_cuda_record(record, image)
     if problems:
         session.error(f"{step_json.relative_to(ROOT)}: " + "; ".join(problems))
     session.log(f"record: {step_json.relative_to(ROOT)} names {image.ref} ({image.id[:19]})")

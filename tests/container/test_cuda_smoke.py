@@ -61,7 +61,7 @@ def test_the_variant_defaults_to_cuda13_and_the_three_cases_yield_to_given_ones(
     )  # fmt: skip
 
 
-def test_a_record_without_the_image_or_its_cuda_wheels_is_named_line_by_line(tmp_path):
+def test_a_record_without_the_image_or_its_cuda_wheels_is_named_line_by_line():
     image = images.Image(
         "localhost/dew:cuda13-0123", "sha256:ab", "cuda13", "base", "digest", "lock", False, 0.0
     )
@@ -73,9 +73,7 @@ def test_a_record_without_the_image_or_its_cuda_wheels_is_named_line_by_line(tmp
             "packages": {"jax": "0.11.1", "jax-cuda13-plugin": "0.11.1", "nvidia-ml-py": "13"},
         },
     }  # fmt: skip
-    step_json = tmp_path / "step.json"
-    step_json.write_text(json.dumps(record))
-    assert smoke.check_cuda_record(step_json, image) == [
+    assert smoke.check_cuda_record(record, image) == [
         "row simple_dit: failed",
         "environment.container.image_id is 'sha256:cd', not sha256:ab",
         "packages lack jax-cuda13-pjrt",
@@ -84,8 +82,7 @@ def test_a_record_without_the_image_or_its_cuda_wheels_is_named_line_by_line(tmp
     record["rows"][1]["status"] = "ok"
     record["environment"]["container"]["image_id"] = image.id
     record["environment"]["packages"].update({"jax-cuda13-pjrt": "0.11.1", "nvidia-cublas": "13"})
-    step_json.write_text(json.dumps(record))
-    assert smoke.check_cuda_record(step_json, image) == []
+    assert smoke.check_cuda_record(record, image) == []
 
 
 @pytest.mark.slow  # the slow tier: CI runs it (.ci/run), `nox -s tests` leaves it

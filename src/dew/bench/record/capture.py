@@ -40,6 +40,7 @@ from dew.bench.record.schema import (
     Scheduler,
     is_recordable_env_flag,
 )
+from dew.bench.record.stack import CUDA_PREFIXES
 from dew.telemetry import nvml
 
 # The packages whose versions decide the numbers; always listed (null when absent).
@@ -53,10 +54,6 @@ CORE_PACKAGES = (
     "numpy",
     "pydantic",
 )
-# The CUDA plugin and its CUDA library wheels (jax-cuda13-plugin, nvidia-cublas, ...): every
-# installed distribution whose normalised name starts so is listed, so a library a new lock
-# brings in is named without a change here.
-CUDA_PREFIXES = ("jax-cuda", "nvidia-")
 # JAX config values that change numerics or memory (or what gets compiled).
 JAX_CONFIG_KEYS = (
     "jax_platforms",

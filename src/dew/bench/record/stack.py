@@ -68,6 +68,12 @@ def _parts(record: Any) -> tuple[dict, dict]:
     return _plain(record.environment), _plain(record.settings)
 
 
+# The CUDA plugin and its CUDA library wheels (jax-cuda13-plugin, nvidia-cublas, ...): a
+# record lists every installed distribution whose normalised name starts so (capture), so a
+# library a new lock brings in is named without a change; cuda-smoke checks them.
+CUDA_PREFIXES = ("jax-cuda", "nvidia-")
+
+
 def same_device(a: str, b: str) -> bool:
     """'NVIDIA GeForce RTX 4080' and 'RTX 4080' name the same card."""
     x, y = (re.sub(r"nvidia|geforce|[\s_-]", "", kind.lower()) for kind in (a, b))
