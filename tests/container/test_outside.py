@@ -164,6 +164,15 @@ def test_another_version_commit_or_package_is_a_line_each():
     ]
 
 
+def test_a_module_of_no_package_is_a_line_not_a_refusal():
+    item = {"distribution": None, "version": None, "module": "my_steps", "used_by": ["x"]}
+    environment = {"outside_code": [item]}
+    assert stack.outside_differences(environment, []) == ([], [
+        "module my_steps: from no installed package, so no --outside gives it; the rerun "
+        "finds it only if the commit's own tree holds it"
+    ])  # fmt: skip
+
+
 def test_a_package_the_record_used_and_none_gives_is_missing():
     missing, _ = stack.outside_differences(recorded(), [])
     assert missing == ["dew-example 0.1.0 ccccccc"]

@@ -165,8 +165,14 @@ def outside_differences(environment: dict, given: list[dict]) -> tuple[list[str]
             )
         if want["dirty"]:
             lines.append(f"package {name}: the record ran it from a dirty tree, not in the record")
-    for name in by_name.keys() - recorded.keys():
+    for name in sorted(by_name.keys() - recorded.keys()):
         lines.append(f"package {name}: given, but the record used no such package")
+    for item in environment.get("outside_code") or []:
+        if isinstance(item, dict) and not item.get("distribution"):
+            lines.append(
+                f"module {item.get('module')}: from no installed package, so no --outside gives "
+                "it; the rerun finds it only if the commit's own tree holds it"
+            )
     return missing, lines
 
 
