@@ -27,7 +27,7 @@ from pathlib import Path
 from dew.bench.record import stack  # standard library only; the noxfile puts src/ on sys.path
 
 from .runner import run_argv
-from .stacks import Unreproducible
+from .stacks import Unreproducible, git
 
 OUTSIDE_SITE = "/opt/outside"  # where the installed packages appear in the container
 _WHEELS_INSIDE = "/opt/outside-wheels"
@@ -263,12 +263,8 @@ def site_mounts(site: Path | None) -> list[tuple[Path, str, str]]:
 
 
 def _git(where: Path, *args: str) -> str | None:
-    try:
-        done = subprocess.run(
-            ["git", "-C", str(where), *args], capture_output=True, text=True, timeout=GIT_TIMEOUT_S
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
+    """stacks.git in `where`: its output, or None when git answers otherwise."""
+    done = git(*args, root=where)
     return done.stdout.strip() if done.returncode == 0 else None
 
 
