@@ -36,7 +36,7 @@ from dew.bench.runtime.phases import PhaseClock
 from dew.bench.runtime.protocol import says_out_of_memory
 from dew.bench.sweep import own_step
 from dew.bench.sweep.presets import Case
-from dew.bench.sweep.program_labels import program_labels
+from dew.bench.sweep.program_labels import compile_and_label
 from dew.bench.sweep.settings import Options, compilation_cache
 from dew.bench.sweep.timing import block, percentiles, time_steps
 from dew.train import cache_damage
@@ -159,14 +159,12 @@ def prepare(
         figures.condition_params = counts["condition"]
         host_batch = trainer.example_batch(case.batch)
         lowered = trainer.lower(host_batch)
-    began, start = time.time(), time.perf_counter()
-    compiled = trainer.compile_lowered(lowered)
-    seconds = time.perf_counter() - start
-    clock.add("load" if trainer.loaded_from_cache else "compile", began, seconds)
-    figures.compile_s = trainer.compile_seconds  # the real compile's (whole s from the cache)
-    figures.load_s = trainer.load_seconds
-    with clock.phase("flop_count"):
-        set_fields(figures, program_labels(compiled))
+    # compile_s is the real compile's (whole seconds when the executable came from the cache)
+    compile_and_label(
+        lambda: (trainer.compile_lowered(lowered), trainer.compile_seconds, trainer.load_seconds),
+        figures,
+        clock,
+    )
     tokens = config.seq_len if config.objective in LM_OBJECTIVES else None
     devices = list(trainer.mesh.devices.flat)
     if options.compile_only:
@@ -174,12 +172,6 @@ def prepare(
     with clock.phase("init"):
         state, batch = block((trainer.init(), trainer.put_batch(host_batch)))
     return Prepared(case, trainer, state, batch, figures, tokens, devices)
-
-
-def set_fields(figures: Figures, fields: Mapping[str, Any]) -> None:
-    """Write `fields` (StepRow fields by name) on `figures`."""
-    for name, value in fields.items():
-        setattr(figures, name, value)
 
 
 def measure(

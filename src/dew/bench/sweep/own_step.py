@@ -32,7 +32,6 @@ import importlib
 import json
 import os
 import sys
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -40,7 +39,7 @@ from dew.bench.common.cli import UsageError, one_line
 from dew.bench.runtime import protocol
 from dew.bench.runtime.phases import PhaseClock
 from dew.bench.sweep.presets import Case
-from dew.bench.sweep.program_labels import program_labels
+from dew.bench.sweep.program_labels import compile_and_label
 from dew.bench.sweep.settings import (
     Options,
     append_xla_flags,
@@ -293,13 +292,7 @@ def prepare(
     )
     with clock.phase("trace_lower"):
         lowering = lowered(spec, built.step, state, batch)
-    began, start = time.time(), time.perf_counter()
-    compiled, figures.compile_s, figures.load_s = compile_timed(lowering)
-    seconds = time.perf_counter() - start
-    clock.add("compile" if figures.load_s is None else "load", began, seconds)
-    with clock.phase("flop_count"):
-        for name, value in program_labels(compiled).items():
-            setattr(figures, name, value)
+    compiled = compile_and_label(lambda: compile_timed(lowering), figures, clock)
     takes, gives = compiled.input_shardings[0], compiled.output_shardings
     devices = (
         sorted(

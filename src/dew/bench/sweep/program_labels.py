@@ -1,6 +1,7 @@
 """What a compiled step is, read from its optimized program: the row's labels, not what it
 measures. Every step the benchmark times, dew's own (dew.bench.sweep.case_run) and a step
-of the user's (dew.bench.sweep.own_step), is labelled here, from the executable it times.
+of the user's (dew.bench.sweep.own_step), is compiled through `compile_and_label` (its time
+on the phase clock) and labelled here, from the executable it times.
 
 FLOPs from the optimized HLO (dew.telemetry; the custom calls the count could not count,
 with their executions per step), XLA's cost analysis, the fingerprint (what the compiler
@@ -11,6 +12,8 @@ why, and the case is still timed.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 from dew.bench.common.cli import one_line
@@ -53,3 +56,18 @@ def flop_figures(count) -> dict[str, Any]:
         "gflop_per_step": count.total / 1e9,
         "uncounted_custom_calls": dict(count.unknown_custom_call_counts),
     }
+
+
+def compile_and_label(compile_: Callable[[], tuple[Any, float, float | None]], figures, clock):
+    """Run `compile_` (returning the executable, the compile's seconds and the load's, None
+    unless it came from the persistent cache: dew.train.trainer.compile_timed), its time on
+    `clock` as "compile" (or "load"), its seconds and the program's labels on `figures`:
+    how every step the benchmark times is compiled. Returns the executable."""
+    began, start = time.time(), time.perf_counter()
+    compiled, figures.compile_s, figures.load_s = compile_()
+    seconds = time.perf_counter() - start
+    clock.add("compile" if figures.load_s is None else "load", began, seconds)
+    with clock.phase("flop_count"):
+        for name, value in program_labels(compiled).items():
+            setattr(figures, name, value)
+    return compiled
