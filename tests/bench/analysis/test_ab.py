@@ -225,3 +225,23 @@ def test_a_side_of_code_from_outside_dew_names_it_and_every_module_its_cases_use
         code = read_run(run_dir / f"{side}.json").environment.outside_code
         assert sorted(item.module for item in code) == ["pkg.models", "pkg.steps"]
         assert {item.version for item in code} == {version}
+
+
+def test_a_side_that_does_other_work_is_said_to_and_keeps_its_verdict(tmp_path, capsys):
+    """B's model changed (twice the GFLOP/step): its rows are slower, and the table says the
+    ratio times another step, where compare would call the rows not comparable."""
+    run_dir = make_run(tmp_path, {"my_mixer": noisy(30, 7)}, {"my_mixer": noisy(50, 7)})
+    for path in (run_dir / "rounds").glob("*.json"):
+        record = json.loads(path.read_text())
+        for row in record["rows"]:
+            row["gflop_per_step"] = 0.0405 if path.name.startswith("B") else 0.0203
+            row["params"] = 247_888
+        path.write_text(json.dumps(record))
+    assert ab.main([str(run_dir)]) == 1
+    out = capsys.readouterr().out
+    assert case_table(out)["my_mixer"]["verdict"] == "slower"
+    assert case_table(out)["my_mixer"]["compiled"] == "—"  # no fingerprints in these records
+    assert (
+        "- my_mixer: B does other work than A (GFLOP/step differs (0.0405 vs 0.0203)): the "
+        "ratio is the time of another step, not the same step's speed"
+    ) in out

@@ -33,7 +33,8 @@ from typing import Annotated, Any
 
 import tyro
 
-from dew.bench.analysis import stats
+from dew.bench.analysis import programs, stats
+from dew.bench.analysis.comparison import model_difference
 from dew.bench.analysis.tables import table
 from dew.bench.common import cli, files
 from dew.bench.record.schema import (
@@ -78,6 +79,8 @@ class Case:
     detect: stats.Detectable | None = None
     verdict: str = "undecided"
     why: str | None = None
+    compiled: str | None = None  # programs.between(B, A): same program, other kernels, ...
+    other_work: str | None = None  # why B's step is not A's (comparison.model_difference)
 
     def median(self, side: str) -> float | None:
         values = [r.ms_per_step for r in self.rows[side].values() if _ok(r)]
@@ -140,6 +143,20 @@ def decide(found: list[Case], band: float, alpha: float) -> None:
     for case in found:
         if case.result is None:
             case.verdict, case.why = "no pair", "no round has an ok run on both sides"
+        label_work(case)
+
+
+def label_work(case: Case) -> None:
+    """Whether both sides ran one step: the compiled programs (their fingerprints) and,
+    when B does other work (another GFLOP/step, params, sample or batch: a changed model),
+    why. The verdict stands: it is about the time B takes, whatever B does; the note says
+    that it is not the same step's speed."""
+    a = next((row for row in case.rows["A"].values() if _ok(row)), None)
+    b = next((row for row in case.rows["B"].values() if _ok(row)), None)
+    if a is None or b is None:
+        return
+    case.compiled = programs.between(b, a)
+    case.other_work, _ = model_difference(b, a)
 
 
 # --- one record per side ------------------------------------------------------------------------
@@ -250,16 +267,22 @@ def render(plan: dict, found: list[Case], band: float, alpha: float) -> str:
             f"{result.low:.3f}-{result.high:.3f}" if result else "—",
             "—" if case.adjusted_p is None else f"{case.adjusted_p:.3g}",
             "—" if case.detect is None else f"{case.detect.mde:.1%}",
-            str(result.rounds if result else 0), case.verdict,
+            str(result.rounds if result else 0), case.compiled or "—", case.verdict,
         ])  # fmt: skip
     headers = ["case", "A ms/step", "B ms/step", "B/A", "95% interval", "p (Holm)", "MDE",
-               "pairs"]  # fmt: skip
+               "pairs", "compiled"]  # fmt: skip
     lines.append(table([*headers, "verdict"], body, "md"))
     per_round = [[case.label] + [f"{b / a:.3f}" for _, a, b in case.pairs] for case in found]
     first = [f"r{r} ({'A' if (r - 1) % 2 == 0 else 'B'} first)" for r in range(1, rounds + 1)]
     lines += ["Per-round ratios B/A (the first case's order; it alternates by case):", ""]
     lines.append(table(["case", *first], per_round, "md"))
     notes = [f"- {case.label}: {case.why}" for case in found if case.why]
+    notes += [
+        f"- {case.label}: B does other work than A ({case.other_work}): the ratio is the time "
+        "of another step, not the same step's speed"
+        for case in found
+        if case.other_work
+    ]
     if notes:
         lines += ["Notes:", "", *notes, ""]
     lines.append(summary(found, band, alpha))

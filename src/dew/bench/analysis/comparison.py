@@ -129,7 +129,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b
 
 
-def _model_difference(run: StepRow | DataRow, ref: StepRow | DataRow) -> tuple[str | None, list]:
+def model_difference(run: StepRow | DataRow, ref: StepRow | DataRow) -> tuple[str | None, list]:
     """Why two rows are different models (None when comparable), and notes."""
     notes = []
     if isinstance(run, DataRow):
@@ -143,7 +143,7 @@ def _model_difference(run: StepRow | DataRow, ref: StepRow | DataRow) -> tuple[s
         return f"sample differs ({run.sample} vs {ref.sample})", notes
     ga, gb = run.gflop_per_step, ref.gflop_per_step
     if ga is not None and gb is not None and not same_gflop(ga, gb):
-        return f"GFLOP/step differs ({ga:.1f} vs {gb:.1f})", notes
+        return f"GFLOP/step differs ({ga:.4g} vs {gb:.4g})", notes
     if run.params is not None and ref.params is not None and run.params != ref.params:
         delta = run.params - ref.params
         ca, cb = run.condition_params, ref.condition_params
@@ -196,7 +196,7 @@ def _compare_rows(run_row, ref_row, kind: str, note: str | None, noise: NoiseMod
         notes = [f"error: {run_row.error}"] if run_row.error else []
         return RowComparison(label, run_row, None, {}, False, verdict, notes=notes)
     notes = [note] if note else []
-    reason, model_notes = _model_difference(run_row, ref_row)
+    reason, model_notes = model_difference(run_row, ref_row)
     notes += model_notes
     ratios = {f: _ratio(getattr(run_row, f), getattr(ref_row, f)) for f in fields}
     if run_row.status == "failed" or ref_row.status == "failed":
