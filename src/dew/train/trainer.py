@@ -48,10 +48,13 @@ def default_compilation_cache_dir() -> Path:
 
 
 def configure_compilation_cache(path: str | os.PathLike | None) -> None:
-    """Turn JAX's persistent compilation cache on at `path` (every executable cached), or off."""
+    """Turn JAX's persistent compilation cache on at `path` (DEFAULT_CACHE: dew's own,
+    default_compilation_cache_dir; every executable cached), or off (None)."""
     if path is None:
         jax.config.update("jax_enable_compilation_cache", False)
         return
+    if path == DEFAULT_CACHE:
+        path = default_compilation_cache_dir()
     path = str(Path(path).expanduser())
     if jax.config.jax_compilation_cache_dir != path:
         Path(path).mkdir(parents=True, exist_ok=True)
@@ -141,8 +144,6 @@ class Trainer:
                 f"{architecture} needs a {arch.config_cls.__name__}, got {type(config).__name__}"
             )
         config = _with_settings(config, dtype=dtype, attention_impl=attention_impl)
-        if compilation_cache_dir == DEFAULT_CACHE:
-            compilation_cache_dir = default_compilation_cache_dir()
         configure_compilation_cache(compilation_cache_dir)
 
         self.architecture, self.config, self.seed = architecture, config, seed

@@ -271,12 +271,7 @@ def prepare(
     Figures) as it learns them."""
     import jax
 
-    from dew.train.trainer import (
-        DEFAULT_CACHE,
-        compile_timed,
-        configure_compilation_cache,
-        default_compilation_cache_dir,
-    )
+    from dew.train.trainer import compile_timed, configure_compilation_cache
 
     spec = case.step
     assert spec is not None
@@ -286,10 +281,7 @@ def prepare(
         figures.params, note = param_count(built.state)
         figures.note = note
         state, batch = jax.block_until_ready(placed(spec, built))
-    cache = compilation_cache(options)
-    configure_compilation_cache(
-        default_compilation_cache_dir() if cache == DEFAULT_CACHE else cache
-    )
+    configure_compilation_cache(compilation_cache(options))
     with clock.phase("trace_lower"):
         lowering = lowered(spec, built.step, state, batch)
     compiled = compile_and_label(lambda: compile_timed(lowering), figures, clock)
