@@ -110,9 +110,7 @@ def outside_wheels(
     """The wheels of the code from outside dew (docker/outside.py), built before any image
     so that a bad source costs no build; and what of a record's outside packages they do not
     match. The session's venv builds them (the caller installed its lock: setuptools)."""
-    if not sources and not stack.outside_packages(environment or {}):
-        return [], []
-    python = str(Path(session.bin) / "python")
+    python = str(Path(session.bin) / "python") if sources else ""  # nothing to build: unused
     try:
         return prepare_all(sources, scratch, python, environment, origin)
     except (Unreproducible, OSError) as error:

@@ -173,6 +173,16 @@ def test_a_module_of_no_package_is_a_line_not_a_refusal():
     ])  # fmt: skip
 
 
+def test_reproduce_says_so_of_a_record_whose_only_outside_code_is_a_module_of_no_package(
+    tmp_path,
+):
+    item = {"distribution": None, "version": None, "module": "my_steps", "used_by": ["x"]}
+    packages, lines = reproduce.outside_wheels(
+        None, "reproduce", [], {"outside_code": [item]}, "record x.json", tmp_path
+    )  # no source: nothing is built, so no session's Python is asked for
+    assert packages == [] and [line.split(":")[0] for line in lines] == ["module my_steps"]
+
+
 def test_a_package_the_record_used_and_none_gives_is_missing():
     missing, _ = stack.outside_differences(recorded(), [])
     assert missing == ["dew-example 0.1.0 ccccccc"]
