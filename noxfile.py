@@ -347,7 +347,7 @@ def reproduce(session: nox.Session) -> None:
         for line in unmatched:
             session.log(f"cannot match: {line}")
         replay.usage("reproduce", str(error))
-    install_locked(session)  # its setuptools builds the outside code's wheels
+    today = _today_runner(session)  # its setuptools builds the outside code's wheels
     origin = f"record {record_path.name}"
     packages, outside_lines = replay.outside_wheels(
         session, "reproduce", sources, environment, origin, replay.scratch_dir()
@@ -371,14 +371,13 @@ def reproduce(session: nox.Session) -> None:
     session.log(f"{spec.commit[:7]}'s own tool in {image.ref}: {' '.join(args)}")
     runner.python(
         "tools/benchmark_step.py", *args, "--json-out", runner.path(step_json),
-        env={**(environment.get("env_flags") or {}), **site_env(site is not None)},
+        env={**(environment.get("env_flags") or {}), **site_env(site)},
         stdout_to=run_dir / "table.md",
         success_codes=(0, 1),
     )  # fmt: skip
     reference = run_dir / "reference.json"  # kept beside the rerun it judges
     shutil.copyfile(record_path, reference)
-    today = _today_runner(session)  # today's validate and compare judge the rerun
-    today.python("-m", "dew.bench.record.validate", today.path(step_json))
+    today.python("-m", "dew.bench.record.validate", today.path(step_json))  # today's judge
     bench.compare_with_published(today, run_dir, reference=reference)
     session.log(f"record: {step_json.relative_to(ROOT)} (commit {spec.commit[:7]}, {image.ref})")
 
@@ -409,8 +408,7 @@ def ab(session: nox.Session) -> None:
         }
     except containers.EngineError as error:
         replay.usage("ab", str(error))
-    if any(args.outside.values()) or any(side.environment for side in sides.values()):
-        install_locked(session)  # its setuptools builds the outside code's wheels
+    today = _today_runner(session)  # its setuptools builds the outside code's wheels
     for side in sides.values():
         side.packages, lines = replay.outside_wheels(
             session, "ab", args.outside[side.name], side.environment, f"{side.name} {side.given}",
@@ -434,13 +432,13 @@ def ab(session: nox.Session) -> None:
         side.site = replay.outside_site(session, "ab", engine, side.image, side.packages, into)
     env = bench.SMOKE_ENV if args.variant == "cpu" else {"JAX_PLATFORMS": "cuda"}
     run_rounds(engine, sides, args, run_dir, env, log=session.log)
-    today = _today_runner(session)
     today.python("-m", "dew.bench.analysis.ab", today.path(run_dir), success_codes=(0, 1))
     session.log(f"A/B: {(run_dir / 'ab.md').relative_to(ROOT)}, a.json, b.json, ab.png")
 
 
 def _today_runner(session: nox.Session) -> Runner:
     """The checkout's own record readers (validate, compare, the A/B table and chart) in the
-    session's venv from locks/dev.txt: the report libraries are not in the measured images."""
+    session's venv from locks/dev.txt: the report libraries are not in the measured images.
+    Its setuptools also builds the wheels of code from outside dew (dew_docker.outside)."""
     install_locked(session)
     return Runner(session)

@@ -220,7 +220,7 @@ def run_rounds(engine, sides: dict, args: AbArgs, run_dir: Path, env: dict, log=
 
 
 def side_env(env: dict, args: AbArgs, name: str, side: Side | None = None) -> dict:
-    merged = {**env, **site_env(side is not None and side.site is not None), **args.env[name]}
+    merged = {**env, **site_env(side.site if side else None), **args.env[name]}
     if args.xla_flags[name]:
         merged["XLA_FLAGS"] = f"{merged.get('XLA_FLAGS', '')} {args.xla_flags[name]}".strip()
     return merged

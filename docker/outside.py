@@ -253,12 +253,13 @@ def _write_direct_url(site: Path, package: Package) -> None:
         (dist_info / "direct_url.json").write_text(json.dumps(origin) + "\n")
 
 
-def site_env(site_in_use: bool) -> dict[str, str]:
-    """What a measured process needs to see the installed packages."""
-    return {"PYTHONPATH": OUTSIDE_SITE} if site_in_use else {}
+def site_env(site: Path | None) -> dict[str, str]:
+    """What a measured process needs to see the packages installed in `site` (None: none)."""
+    return {"PYTHONPATH": OUTSIDE_SITE} if site is not None else {}
 
 
 def site_mounts(site: Path | None) -> list[tuple[Path, str, str]]:
+    """`site` mounted read-only where site_env points (None: no mount)."""
     return [(site, OUTSIDE_SITE, "ro")] if site is not None else []
 
 
