@@ -197,7 +197,7 @@ def _with_all_outside(ordered: list[BenchmarkRun]):
     for record in ordered:
         for item in record.environment.outside_code or []:
             seen.setdefault((item.distribution, item.module), item)
-    environment.outside_code = list(seen.values()) or environment.outside_code
+    environment.outside_code = list(seen.values()) or None
     return environment
 
 

@@ -27,20 +27,16 @@ def _ratio_text(ratio: float | None) -> str:
     return f"{ratio:.3f} ({(ratio - 1) * 100:+.1f}%)"
 
 
-def shown_interval(row: RowComparison, timing: str) -> tuple[float, float] | None:
-    """The timing ratio's 95% interval in the field's own direction (samples/s inverts)."""
+def shown_estimate(row: RowComparison, timing: str) -> tuple[float, float, float] | None:
+    """The timing ratio the verdict judged, of the repeats' geometric means, and its 95%
+    interval, in the field's own direction (samples/s inverts); None without one. The row's
+    own figures are medians, whose ratio can differ when the repeats are skewed."""
     if row.difference is None:
         return None
-    low, high = row.difference.low, row.difference.high
-    return (1 / high, 1 / low) if timing == "samples_per_s" else (low, high)
-
-
-def shown_ratio(row: RowComparison, timing: str) -> float | None:
-    """The timing ratio the verdict judged: of the repeats' geometric means (the row's own
-    figures are medians, whose ratio can differ when the repeats are skewed)."""
-    if row.difference is None:
-        return None
-    return 1 / row.difference.ratio if timing == "samples_per_s" else row.difference.ratio
+    diff = row.difference
+    if timing == "samples_per_s":
+        return 1 / diff.ratio, 1 / diff.high, 1 / diff.low
+    return diff.ratio, diff.low, diff.high
 
 
 def _percent(fraction: float | None) -> str:
@@ -103,11 +99,10 @@ def comparison(cmp: Comparison, run: BenchmarkRun, ref: BenchmarkRun, fmt: str =
             continue
         b = getattr(r.reference, cmp.timing) if r.reference else None
         ratios = [_ratio_text(r.ratios.get(f)) for f in cmp.fields]
-        interval = shown_interval(r, cmp.timing)
-        if interval is not None:  # the estimate the interval and the verdict are about
-            ratios[0] = (
-                f"{_ratio_text(shown_ratio(r, cmp.timing))} [{interval[0]:.3f}, {interval[1]:.3f}]"
-            )
+        estimate = shown_estimate(r, cmp.timing)
+        if estimate is not None:  # the ratio the interval and the verdict are about
+            ratio, low, high = estimate
+            ratios[0] = f"{_ratio_text(ratio)} [{low:.3f}, {high:.3f}]"
         p = MISSING if r.adjusted_p is None else f"{r.adjusted_p:.3g}"
         mde = _percent(r.detect.mde if r.detect else None)
         body.append([r.label, num(getattr(r.run, cmp.timing), 2), num(b, 2), *ratios, p, mde,
@@ -176,14 +171,14 @@ def _finite(value: float | None) -> float | None:
 
 
 def row_json(row: RowComparison, cmp: Comparison) -> dict[str, Any]:
-    interval = shown_interval(row, cmp.timing)
+    estimate = shown_estimate(row, cmp.timing)
     diff, detect = row.difference, row.detect
     return {
         "label": row.label,
         "run": getattr(row.run, cmp.timing) if row.run else None,
         "reference": getattr(row.reference, cmp.timing) if row.reference else None,
         "ratio": row.ratios.get(cmp.timing),
-        "interval": list(interval) if interval else None,
+        "interval": list(estimate[1:]) if estimate else None,
         "repeats": list(diff.repeats) if diff else None,
         "p_holm": row.adjusted_p,
         "verdict": row.verdict,
