@@ -100,20 +100,20 @@ def prepare(given: str, wheels: Path, python: str, wanted_commits: tuple[str, ..
             wheel = build_wheel(source, wheels, python, given)
         return Package(given, wheel, *wheel_name_version(wheel))
     repository = Path(top)
-    subdirectory = path.resolve().relative_to(repository.resolve()).as_posix()
+    relative = path.resolve().relative_to(repository.resolve()).as_posix()
+    subdirectory = "" if relative == "." else relative  # the project's folder in the tree
     commit = _choose_commit(repository, path, rev, wanted_commits, given)
     with tempfile.TemporaryDirectory(prefix="dew-outside-") as tmp:
         tree = Path(tmp) / "tree"
         _export(repository, commit, tree, given)
-        source = tree / subdirectory if subdirectory != "." else tree
-        wheel = build_wheel(source, wheels, python, given)
+        wheel = build_wheel(tree / subdirectory, wheels, python, given)
     return Package(
         given,
         wheel,
         *wheel_name_version(wheel),
         commit=commit,
         repository=repository,
-        subdirectory="" if subdirectory == "." else subdirectory,
+        subdirectory=subdirectory,
     )
 
 
@@ -303,9 +303,8 @@ def prepare_all(
     return packages, lines
 
 
-def keep(packages: list[Package], into: Path) -> list[Package]:
+def keep(packages: list[Package], into: Path) -> None:
     """The wheels moved into the run's folder (beside the records they made)."""
     into.mkdir(parents=True, exist_ok=True)
     for package in packages:
         package.wheel = Path(shutil.move(package.wheel, into / package.wheel.name))
-    return packages
