@@ -22,6 +22,9 @@ still leaves the tables written so far, and time for a rerun inside the command'
      against the step record (data-workers-*.json/md);
   4. compare against the published record sharing the most rows (compare.md: the stack
      differences, e.g. jax 0.11.2 against 0.11.1, then per row the ratios and verdicts);
+  4a. A/A records (scripts/first_gpu_noise.py): the same three fast rows, 2 repeats, in
+     several records while the stage's share lasts, so the history fit learns this
+     device kind's run and process levels (aa-N.json/md);
   5. validate every record; 6. gpu.md (per row the GPU window's readings and the synced
      step time without and with the sampler, the allocator setting), fingerprints.md (per
      repeat what the compiler chose), summary.md, and report.md: all of them in one file.
@@ -55,6 +58,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its modules, standard library only
 import first_gpu_cases as plan  # noqa: E402
 from first_gpu_install import UsageError, install, plan_install  # noqa: E402
+from first_gpu_noise import NOISE_SHARE_S, run_noise  # noqa: E402
 
 PROG = "first_gpu_run"
 REPO = Path(__file__).resolve().parents[1]
@@ -62,13 +66,14 @@ PUBLISHED = REPO / "results" / "published"
 PRESET_IMAGE_SIZE = {"small": 64, "cpu-smoke": 16}
 # Each stage after the step benchmark: its timeout at most (seconds). Their sum is kept
 # back from the step stage, so that an overrun there still leaves them their time.
-AFTER_STEP_S = {"prepare": 30, "loader 0": 40, "loader 8": 40, "compare": 30, "validate": 20}
+AFTER_STEP_S = {"noise": NOISE_SHARE_S, "prepare": 30, "loader 0": 40, "loader 8": 40}
+AFTER_STEP_S |= {"compare": 30, "validate": 20}
 PROBE_S = 60
 TERM_GRACE_S = 10  # a tool past its timeout gets SIGTERM (it ends its children), then KILL
 FLAGS = ("--out", "--wheels", "--budget-s", "--platform", "--preset", "--architectures")
 FLAGS += ("--steps", "--repeats", "--commit", "--no-install", "--help")
 TABLES = ("summary.md", "cases.md", "step.md", "fingerprints.md", "gpu.md", "compare.md")
-TABLES += ("data-workers-0.md", "data-workers-8.md")
+TABLES += ("data-workers-0.md", "data-workers-8.md", "aa-1.md", "aa-2.md", "aa-3.md")
 
 
 def parse(argv: list[str]) -> dict:
@@ -338,6 +343,18 @@ def run(args: dict) -> int:
         seconds = min(AFTER_STEP_S[stage], budget.left(keep=sum(after.values())))
         return seconds if seconds >= 5 else None
 
+    seconds = timeout("noise")  # A/A records: the kind's noise for the history fit
+    if seconds is None:
+        stages.append(("A/A records", "skipped: no time left", True))
+    else:
+        deadline = time.monotonic() + seconds
+        said, failed = run_noise(
+            args["preset"], out, lambda: deadline - time.monotonic(),
+            lambda name, argv, *, timeout, table: tool(args, name, argv, timeout=timeout,
+                                                       table=table),
+        )  # fmt: skip
+        stages.append(("A/A records", said, failed))
+
     data_dir = out / "synthetic-data"
     cpu = {**environment(args), "JAX_PLATFORMS": "cpu"}
     said = "skipped: no step record" if record is None else None
@@ -368,9 +385,10 @@ def run(args: dict) -> int:
     if record is not None and seconds is not None:
         compare = ["-m", "dew.bench.analysis.compare", str(out / "step.json"), "--format", "md"]
         code = tool(args, "compare", compare, table="compare.md", timeout=seconds)
-        said = {0: "ok: reproduced", 1: "ok: differences found"}.get(code, verdict(code))
+        said = {0: "ok: reproduced", 1: "ok: differences found", 3: "ok: inconclusive"}
+        said = said.get(code, verdict(code))
         stages.append(("compare", f"{said}{plan.compare_verdicts(out / 'compare.md')}",
-                       code not in (0, 1)))  # fmt: skip
+                       code not in (0, 1, 3)))  # fmt: skip
     else:
         stages.append(("compare", "skipped: no step record or no time left", True))
     records = sorted(str(p) for p in out.glob("*.json"))

@@ -119,7 +119,8 @@ def script():
 def test_a_tree_without_git_needs_the_commit(tmp_path):
     """A copy of the script and the lock, as the GPU machine gets the tree: no .git."""
     for part in ("scripts/first_gpu_run.py", "scripts/first_gpu_cases.py",
-                 "scripts/first_gpu_install.py", "locks/cuda13.txt"):  # fmt: skip
+                 "scripts/first_gpu_install.py", "scripts/first_gpu_noise.py",
+                 "locks/cuda13.txt"):  # fmt: skip
         (tmp_path / part).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / part).write_bytes((REPO / part).read_bytes())
     done = subprocess.run(
@@ -176,7 +177,9 @@ def test_every_stage_runs_under_a_timeout_within_the_budget(script, tmp_path, mo
                                 "--out", str(tmp_path / "run"), "--budget-s", "300"])  # fmt: skip
     assert first_gpu_run.run(args) == 0
     names = [name for name, _ in calls]
-    assert names == ["step", "prepare", "data-workers-0", "data-workers-8", "compare", "validate"]
+    aa = [f"aa-{n}" for n in range(1, 7)]  # the A/A records, up to NOISE_MAX_RECORDS
+    assert names == ["step", *aa, "prepare", "data-workers-0", "data-workers-8", "compare",
+                     "validate"]  # fmt: skip
     assert all(timeout is not None and timeout > 0 for _, timeout in calls)
     assert sum(timeout for _, timeout in calls) <= 300
     assert calls[0][1] <= 300 - sum(first_gpu_run.AFTER_STEP_S.values())
