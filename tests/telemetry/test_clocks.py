@@ -158,3 +158,16 @@ def test_a_reset_nvml_refuses_leaves_restored_false_with_the_reason():
     assert not held.restored
     assert held.problems == ["card 0 SM clock: NVMLError_NoPermission: Insufficient Permissions"]
     assert ("nvmlDeviceResetMemoryLockedClocks", 0) in nv.calls  # tried all the same
+
+
+def test_a_card_with_a_real_nvml_handle_gives_its_fields():
+    """NVML's handle is a ctypes pointer, which cannot be deep-copied: the record's fields
+    leave it out without copying it (the first lock on a real H200 ended in a traceback)."""
+    import ctypes
+
+    from dew.telemetry.clocks import Lock, LockedCard
+
+    handle = ctypes.pointer(ctypes.c_int(0))
+    card = LockedCard(0, handle, uuid="GPU-1", sm_clock_mhz=1980, sm_clock_read_mhz=1980)
+    fields = Lock("max", [card]).fields()
+    assert fields["cards"][0]["uuid"] == "GPU-1" and "handle" not in fields["cards"][0]

@@ -69,9 +69,10 @@ class LockedCard:
 
     def fields(self) -> dict[str, Any]:
         """The card as the record's LockedCard (dew.bench.record.schema.environment)."""
-        fields = dataclasses.asdict(self)
-        del fields["handle"]
-        return fields
+        # Not dataclasses.asdict: it deep-copies the NVML handle, a ctypes pointer, which
+        # cannot be copied (the first run on a real card ended there).
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name != "handle"}  # fmt: skip
 
 
 @dataclasses.dataclass
