@@ -1,0 +1,417 @@
+"""The noise of each device kind, fitted from the records' own history.
+
+    python -m dew.bench.analysis.history [--history DIR] [--write]
+
+Every record under DIR (default results/) is read by its content, not its name; a record
+whose every repeat figure another record also holds (an A/B round inside its side's
+record, a reproduce's copy of its reference) counts once. A dirty tree's records pair
+only with records of the same diff (its hash); without one they are left out. Records that
+share a stack identity (commit, packages, driver, Python, environment flags, code from
+outside dew, the measuring settings) and a device identity (device kind and count, and the cards' UUIDs
+where there are any) are A/A records: the same thing measured at different times. Each
+such group is fitted as a two-way random-effects table on the logs of the repeat figures:
+
+- the **process level** σ_p: the variance within a record's repeats of a row, pooled;
+- the **shift** σ_s: what a whole record shares (the record effects of an additive fit of
+  the rows' means, less what the rows' own noise explains);
+- the **run level** σ_b: a row's own run-to-run part (the fit's residuals, less the
+  processes' share).
+
+Method of moments, each estimate weighted by the degrees of freedom of its mean square
+(the records less one for the shift, the residuals' for the run level), pooled unclipped
+over the groups of a kind by their degrees of freedom and only then read as 0 when negative (clipping each first biases upward).
+Each row's own levels shrink toward its kind's (empirical Bayes, the kind's level worth
+PRIOR_DF degrees of freedom), never the larger of two noisy estimates. A kind with no
+history gets a stated weak prior (`PRIORS`), never another kind's levels.
+
+--write caches the fit of results/ in results/noise-history.json (a test checks it is
+current). compare does not read it yet: it still assumes results/noise.json's levels
+(dew.bench.analysis.noise) until it is wired to this fit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Annotated
+
+import numpy as np
+import tyro
+
+from dew.bench.analysis.judge import PRIOR_DF
+from dew.bench.common import cli, files
+from dew.bench.common.files import REPO_ROOT
+from dew.bench.record.stack import stack_identity
+
+PROG = "python -m dew.bench.analysis.history"
+HISTORY = REPO_ROOT / "results"
+TABLE = HISTORY / "noise-history.json"
+SKIPPED_DIRS = {"schema", "site"}
+# A kind without history: weak priors, worth PRIOR_PSEUDO_DF degrees of freedom each.
+# GPU: a step repeats within about 1% on a quiet card (the RTX 4080's same-commit rerun in
+# results/published: 83.0 against 83.26 ms, 0.3%); 2% process, 1% run and shift is wider
+# than that. CPU: the 2-core VM's first A/A records read 10-12% process and about 5% run.
+PRIOR_PSEUDO_DF = 2.0
+PRIORS = {"gpu": (0.02, 0.01, 0.01), "cpu": (0.10, 0.05, 0.05)}  # process, run, shift
+
+
+# --- reading the history -------------------------------------------------------------------
+
+
+def _figures(row: dict) -> list[float]:
+    """A row's repeat figures as times (ms per step, or per batch for the loader)."""
+    if row.get("status") != "ok" or not row.get("repeats"):
+        return []
+    figures = []
+    for repeat in row["repeats"]:
+        if "ms_per_step" in repeat:
+            figures.append(repeat["ms_per_step"])
+        elif repeat.get("samples_per_s"):
+            figures.append(1e3 * row["batch"] / repeat["samples_per_s"])
+    return [f for f in figures if f and f > 0 and math.isfinite(f)]
+
+
+def row_label(row: dict) -> str:
+    """The row's label as the records print it (StepRow/DataRow.label)."""
+    from dew.bench.record.schema import DataRow, StepRow
+
+    model = DataRow if "dataset" in row else StepRow
+    return model.model_validate(row).label()
+
+
+def identity(record: dict) -> str:
+    """What A/A records share: the stack, the measuring settings and the device."""
+    env = record.get("environment") or {}
+    stack = [(what, value) for what, value, _ in stack_identity(env, env)]
+    settings = record.get("settings") or {}
+    kept = {k: settings.get(k) for k in ("preset", "steps", "warmup", "dtype", "mesh",
+                                         "optimizer", "compile_only")}  # fmt: skip
+    kept["xla_flags"] = (settings.get("options") or {}).get("xla_flags")
+    cards = sorted(g.get("uuid") or "" for g in env.get("gpus") or [])
+    kept["diff"] = (env.get("code") or {}).get("diff_sha256")  # a dirty tree's content
+    return json.dumps([record.get("kind"), stack, kept, cards], sort_keys=True, default=str)
+
+
+def device_kind(record: dict) -> str | None:
+    return ((record.get("environment") or {}).get("devices") or {}).get("kind")
+
+
+def platform(record: dict) -> str | None:
+    return ((record.get("environment") or {}).get("devices") or {}).get("platform")
+
+
+def read(directory: Path, exclude: Iterable[Path] = ()) -> list[tuple[str, dict]]:
+    """Every record under `directory` (a JSON object with a kind, an environment and rows),
+    less `exclude` and less records whose figures another holds."""
+    skip = {Path(p).resolve() for p in exclude}
+    found = []
+    for path in sorted(directory.rglob("*.json")) if directory.is_dir() else []:
+        if SKIPPED_DIRS & set(path.relative_to(directory).parts) or path.resolve() in skip:
+            continue
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(record, dict) or record.get("kind") not in ("step", "data"):
+            continue
+        if not isinstance(record.get("rows"), list) or "environment" not in record:
+            continue
+        code = record["environment"].get("code") or {}
+        if code.get("dirty") and not code.get("diff_sha256"):
+            continue  # a dirty tree of unknown content: no A/A pair of anything
+        shown = path.resolve()
+        found.append((str(shown.relative_to(REPO_ROOT) if shown.is_relative_to(REPO_ROOT)
+                          else path), record))  # fmt: skip
+    return _distinct(found)
+
+
+def _distinct(records: list[tuple[str, dict]]) -> list[tuple[str, dict]]:
+    """Drop a record whose (row, figure) pairs another record holds too (the larger one
+    stays; of two equal ones, the first path)."""
+    sets = [
+        {(str(r.get("architecture")), json.dumps(r.get("case")), round(f, 9))
+         for r in rec["rows"] for f in _figures(r)}
+        for _, rec in records
+    ]  # fmt: skip
+    kept = []
+    for i, (path, record) in enumerate(records):
+        mine = sets[i]
+        covered = any(
+            j != i and mine <= sets[j] and (len(sets[j]) > len(mine) or j < i)
+            for j in range(len(records))
+        )
+        if mine and not covered:
+            kept.append((path, record))
+    return kept
+
+
+# --- the fit -------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Estimate:
+    """A variance component's estimate (unclipped) and its degrees of freedom."""
+
+    var: float = 0.0
+    df: float = 0.0
+
+    def add(self, var: float, df: float) -> None:
+        if df > 0 and math.isfinite(var):
+            self.var = (self.var * self.df + var * df) / (self.df + df)
+            self.df += df
+
+
+@dataclasses.dataclass
+class KindFit:
+    process: Estimate = dataclasses.field(default_factory=Estimate)
+    run: Estimate = dataclasses.field(default_factory=Estimate)
+    shift: Estimate = dataclasses.field(default_factory=Estimate)
+    rows: dict[str, dict[str, Estimate]] = dataclasses.field(default_factory=dict)
+    records: list[list[str]] = dataclasses.field(default_factory=list)
+
+
+def fit_group(members: Sequence[tuple[str, dict]], fit: KindFit) -> None:
+    """Add one group of A/A records to its kind's fit (see the module docstring)."""
+    cells: dict[tuple[int, str], np.ndarray] = {}
+    for r, (_, record) in enumerate(members):
+        for row in record["rows"]:
+            figures = _figures(row)
+            if figures:
+                cells[(r, row_label(row))] = np.log(np.asarray(figures, dtype=float))
+    seen: dict[str, int] = {}
+    for _, label in cells:
+        seen[label] = seen.get(label, 0) + 1
+    cells = {key: logs for key, logs in cells.items() if seen[key[1]] >= 2}  # rows met twice
+    labels = sorted({label for _, label in cells})
+    for label in labels:
+        fit.rows.setdefault(label, {"process": Estimate(), "run": Estimate()})
+    group = Estimate()
+    for (_, label), logs in cells.items():
+        if logs.size > 1:
+            var = float(np.var(logs, ddof=1))
+            group.add(var, logs.size - 1)
+            fit.process.add(var, logs.size - 1)
+            fit.rows[label]["process"].add(var, logs.size - 1)
+    records = sorted({r for r, _ in cells})
+    if len(records) < 2:
+        return
+    process = group.var  # this group's: the share its own processes explain
+    means = {key: float(logs.mean()) for key, logs in cells.items()}
+    inverse_n = {key: 1 / logs.size for key, logs in cells.items()}
+    a = dict.fromkeys(records, 0.0)
+    c = {label: float(np.mean([m for (_, lab), m in means.items() if lab == label]))
+         for label in labels}  # fmt: skip
+    for _ in range(50):  # the additive fit m = a_record + c_row, by alternating means
+        for r in records:
+            own = [means[(r, lab)] - c[lab] for lab in labels if (r, lab) in means]
+            a[r] = float(np.mean(own))
+        centre = float(np.mean(list(a.values())))
+        a = {r: v - centre for r, v in a.items()}
+        for lab in labels:
+            own = [means[(r, lab)] - a[r] for r in records if (r, lab) in means]
+            c[lab] = float(np.mean(own))
+    residual = {key: m - a[key[0]] - c[key[1]] for key, m in means.items()}
+    df_e = len(means) - len(records) - len(labels) + 1
+    per_record = [sum(1 for (r2, _) in means if r2 == r) for r in records]
+    if df_e > 0:
+        ms_e = sum(e * e for e in residual.values()) / df_e
+        share = process * float(np.mean(list(inverse_n.values())))
+        fit.run.add(ms_e - share, df_e)
+        for lab in labels:
+            mine = [key for key in residual if key[1] == lab]
+            df_k = df_e * len(mine) / len(means)
+            ms_k = sum(residual[k] ** 2 for k in mine) / df_k if df_k > 0 else 0.0
+            share_k = process * float(np.mean([inverse_n[k] for k in mine]))
+            fit.rows[lab]["run"].add(ms_k - share_k, df_k)
+        between = float(np.var(list(a.values()), ddof=1))
+        within = ms_e * float(np.mean([1 / k for k in per_record]))
+        fit.shift.add(between - within, len(records) - 1)
+    else:  # one row: its records' spread is shift and run at once; counted as the shift
+        between = float(np.var(list(a.values()), ddof=1)) if len(labels) == 1 else 0.0
+        share = process * float(np.mean(list(inverse_n.values())))
+        fit.shift.add(between - share, len(records) - 1)
+    fit.records.append(sorted(members[r][0] for r in records))
+
+
+def fit(records: Sequence[tuple[str, dict]]) -> dict:
+    """The fitted levels per device kind (standard deviations), as noise-history.json
+    holds them."""
+    groups: dict[str, list[tuple[str, dict]]] = {}
+    for path, record in records:
+        groups.setdefault(identity(record), []).append((path, record))
+    kinds: dict[str, KindFit] = {}
+    platforms: dict[str, str | None] = {}
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        kind = device_kind(members[0][1]) or "unknown"
+        platforms[kind] = platform(members[0][1])
+        fit_group(members, kinds.setdefault(kind, KindFit()))
+    table = {}
+    for kind, entry in sorted(kinds.items()):
+        if not entry.records:
+            continue
+        rows = {}
+        for label, levels in sorted(entry.rows.items()):
+            rows[label] = {
+                "process": _sd(shrink(levels["process"], entry.process)),
+                "process_df": round(levels["process"].df, 2),
+                "run": _sd(shrink(levels["run"], entry.run)),
+                "run_df": round(levels["run"].df, 2),
+            }
+        table[kind] = {
+            "platform": platforms[kind],
+            "process": _sd(entry.process.var), "process_df": round(entry.process.df, 2),
+            "run": _sd(entry.run.var), "run_df": round(entry.run.df, 2),
+            "shift": _sd(entry.shift.var), "shift_df": round(entry.shift.df, 2),
+            "records": sum(len(group) for group in entry.records),
+            "groups": entry.records,
+            "rows": rows,
+        }  # fmt: skip
+    return table
+
+
+def shrink(own: Estimate, kind: Estimate) -> float:
+    """A row's variance shrunk toward its kind's (the kind worth PRIOR_DF df)."""
+    weight = min(PRIOR_DF, kind.df)
+    if own.df + weight <= 0:
+        return 0.0
+    return (weight * max(0.0, kind.var) + own.df * own.var) / (weight + own.df)
+
+
+def _sd(var: float) -> float:
+    return round(math.sqrt(max(0.0, var)), 5)
+
+
+# --- what a comparison assumes ------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Noise:
+    """The levels one row's comparison assumes, as standard deviations of the log figure:
+    the process level (the prior that moderates the repeats' own variance), the row's own
+    run level and the shift its whole record shares, each with its degrees of freedom;
+    `source` says where they came from."""
+
+    process: float
+    process_df: float
+    run: float
+    run_df: float
+    shift: float
+    shift_df: float
+    source: str
+
+
+def prior(platform_name: str | None, kind: str | None) -> Noise:
+    """The weak prior of a kind with no history (PRIORS)."""
+    family = "cpu" if platform_name in (None, "cpu") else "gpu"
+    process, run, shift = PRIORS[family]
+    source = (f"{kind or 'this device'} has no A/A history: the weak {family.upper()} prior "
+              f"(process {process:.0%}, run {run:.0%}, shift {shift:.0%}, "
+              f"{PRIOR_PSEUDO_DF:g} df each)")  # fmt: skip
+    return Noise(process, PRIOR_PSEUDO_DF, run, PRIOR_PSEUDO_DF, shift, PRIOR_PSEUDO_DF, source)
+
+
+@dataclasses.dataclass(frozen=True)
+class NoiseModel:
+    """The noise one comparison assumes: the kind's levels, and each row's shrunk ones."""
+
+    pooled: Noise
+    rows: dict[str, Noise]
+    source: str
+
+    def for_row(self, label: str) -> Noise:
+        return self.rows.get(label, self.pooled)
+
+
+def model_for(kind: str | None, platform_name: str | None, table: dict) -> NoiseModel:
+    """The noise of `kind` from a fitted table (`fit`'s), or its prior."""
+    entry = table.get(kind) if kind is not None else None
+    if not entry or (entry["process_df"] <= 0 and entry["run_df"] <= 0):
+        noise = prior(platform_name, kind)
+        return NoiseModel(noise, {}, noise.source)
+    source = (f"{kind}: {entry['records']} records in {len(entry['groups'])} A/A groups "
+              f"(process {entry['process']:.1%} over {entry['process_df']:g} df, run "
+              f"{entry['run']:.1%} over {entry['run_df']:g} df, shift {entry['shift']:.1%} "
+              f"over {entry['shift_df']:g} df)")  # fmt: skip
+    fallback = prior(platform_name, kind)
+
+    def level(value: float, df: float, default: float) -> tuple[float, float]:
+        return (value, df) if df > 0 else (default, PRIOR_PSEUDO_DF)
+
+    shift = level(entry["shift"], entry["shift_df"], fallback.shift)
+    pooled = Noise(*level(entry["process"], entry["process_df"], fallback.process),
+                   *level(entry["run"], entry["run_df"], fallback.run), *shift, source)  # fmt: skip
+    rows = {
+        label: Noise(row["process"], pooled.process_df, row["run"], pooled.run_df, *shift,
+                     source)
+        for label, row in entry["rows"].items()
+    }  # fmt: skip
+    return NoiseModel(pooled, rows, source)
+
+
+def read_table(path: Path = TABLE) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def kinds_table(history: Path | None, exclude: Iterable[Path] = ()) -> dict:
+    """The fitted kinds: of `history` when given, else the cache (noise-history.json),
+    else of results/ itself."""
+    if history is None:
+        cached = read_table()
+        if cached is not None and "kinds" in cached:
+            return cached["kinds"]
+        history = HISTORY
+    return fit(read(history, exclude))
+
+
+# --- the command line -----------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Args:
+    """Fit each device kind's noise from the A/A records under --history and print it, or
+    write results/noise-history.json (--write)."""
+
+    history: Annotated[str, tyro.conf.arg(metavar="DIR")] = str(HISTORY)
+    """the folder whose records (at any depth) are the history"""
+    write: bool = False
+    """write results/noise-history.json, the cache of the fit of results/"""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    return cli.run(PROG, lambda: _history(cli.parse(Args, argv, prog=PROG)))
+
+
+def _history(args: Args) -> int:
+    directory = Path(args.history)
+    if not directory.is_dir():
+        raise cli.UsageError(f"--history {directory} is not a folder")
+    kinds = fit(read(directory))
+    if not kinds:
+        raise cli.UsageError(f"{directory}: no two records of one stack and device with rows "
+                             "of repeats: nothing to fit")  # fmt: skip
+    relative = directory.resolve().relative_to(REPO_ROOT) if directory.resolve().is_relative_to(
+        REPO_ROOT) else directory  # fmt: skip
+    table = {"command": f"{PROG} --history {relative} --write", "kinds": kinds}
+    if args.write:
+        files.atomic_write(TABLE, json.dumps(table, indent=1) + "\n")
+        print(f"wrote {TABLE}", file=sys.stderr)
+    for kind, entry in kinds.items():
+        print(f"{kind}: {entry['records']} records, {len(entry['groups'])} groups: process "
+              f"{entry['process']:.2%} ({entry['process_df']:g} df), run {entry['run']:.2%} "
+              f"({entry['run_df']:g} df), shift {entry['shift']:.2%} "
+              f"({entry['shift_df']:g} df)")  # fmt: skip
+    return cli.EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""dew.bench.analysis.history: the levels fitted from records of known truth, what counts
+as an A/A record, the weak prior of a kind without history, and the committed cache."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from dew.bench.analysis import history
+
+
+def _record(figures: dict[str, list[float]], *, kind="NVIDIA H200", dirty=False, commit="c1"):
+    rows = [{"architecture": name, "status": "ok",
+             "repeats": [{"ms_per_step": f, "synced_ms": [f]} for f in values]}
+            for name, values in figures.items()]  # fmt: skip
+    code = {"commit": commit, "dirty": dirty, "diff_sha256": None}
+    env = {"devices": {"platform": "gpu", "kind": kind, "count": 1}, "code": code}
+    return {"kind": "step", "environment": env, "settings": {"preset": "small"}, "rows": rows}
+
+
+def _history(tmp_path, *, records=16, rows=8, repeats=3, process=0.03, run=0.02, shift=0.04,
+             seed=0):  # fmt: skip
+    rng = np.random.default_rng(seed)
+    for r in range(records):
+        s = rng.normal(0, shift)
+        figures = {f"arch{k}": list(np.exp(1 + k * 0.1 + s + rng.normal(0, run)
+                                           + rng.normal(0, process, repeats)))
+                   for k in range(rows)}  # fmt: skip
+        path = tmp_path / f"run{r}" / "step.json"
+        path.parent.mkdir()
+        path.write_text(json.dumps(_record(figures)))
+
+
+def test_the_fit_recovers_the_three_levels_of_known_truth(tmp_path):
+    fits = []
+    for seed in range(6):
+        folder = tmp_path / str(seed)
+        folder.mkdir()
+        _history(folder, seed=seed)
+        fits.append(history.fit(history.read(folder)))
+    entries = [f["NVIDIA H200"] for f in fits]
+    assert np.median([e["process"] for e in entries]) == pytest.approx(0.03, rel=0.15)
+    assert np.median([e["run"] for e in entries]) == pytest.approx(0.02, rel=0.35)
+    assert np.median([e["shift"] for e in entries]) == pytest.approx(0.04, rel=0.35)
+    entry = entries[0]
+    assert entry["records"] == 16 and entry["shift_df"] == 15  # the records less one
+    assert entry["process_df"] == 16 * 8 * 2 and entry["run_df"] == 16 * 8 - 16 - 8 + 1
+    assert set(entry["rows"]) == {f"arch{k}" for k in range(8)}
+
+
+def test_a_record_held_inside_another_counts_once_and_a_dirty_tree_without_hash_never(tmp_path):
+    whole = _record({"a": [1.0, 1.1], "b": [2.0, 2.1]})
+    part = _record({"a": [1.0, 1.1]})  # an A/B round inside its side's record
+    other = _record({"a": [1.2, 1.3], "b": [2.2, 2.3]})
+    dirty = _record({"a": [9.0, 9.1], "b": [9.2, 9.3]}, dirty=True)
+    for name, record in {"whole": whole, "part": part, "other": other, "dirty": dirty}.items():
+        (tmp_path / f"{name}.json").write_text(json.dumps(record))
+    (tmp_path / "noise.json").write_text(json.dumps({"kinds": {}}))  # not a record: ignored
+    assert sorted(p.split("/")[-1] for p, _ in history.read(tmp_path)) == [
+        "other.json",
+        "whole.json",
+    ]
+
+
+def test_a_kind_without_history_gets_its_weak_prior_never_another_kinds_levels():
+    table = {
+        "cpu": {
+            "process": 0.17,
+            "process_df": 160,
+            "run": 0.0,
+            "run_df": 18,
+            "shift": 0.13,
+            "shift_df": 11,
+            "records": 18,
+            "groups": [[]],
+            "rows": {},
+        }
+    }
+    model = history.model_for("NVIDIA B200", "gpu", table)
+    assert (model.pooled.process, model.pooled.run, model.pooled.shift) == history.PRIORS["gpu"]
+    assert model.pooled.process_df == history.PRIOR_PSEUDO_DF
+    assert "no A/A history" in model.source
+    cpu = history.model_for("cpu", "cpu", table)
+    assert cpu.pooled.shift == 0.13 and "18 records" in cpu.source
+
+
+def test_a_row_level_shrinks_toward_its_kind():
+    kind = history.Estimate(0.02**2, 100)
+    noisy_row = history.Estimate(0.12**2, 2)  # simple_udit's 12% from 2 df
+    shrunk = math.sqrt(history.shrink(noisy_row, kind))
+    assert 0.02 < shrunk < 0.06
+
+
+def test_the_committed_cache_is_the_fit_of_results():
+    cached = history.read_table()
+    assert cached is not None, (
+        "results/noise-history.json: python -m dew.bench.analysis.history --write"
+    )
+    assert cached["kinds"] == json.loads(json.dumps(history.fit(history.read(history.HISTORY))))
