@@ -352,6 +352,7 @@ def run(args: dict) -> int:
             args["preset"], out, lambda: deadline - time.monotonic(),
             lambda name, argv, *, timeout, table: tool(args, name, argv, timeout=timeout,
                                                        table=table),
+            args["steps"],
         )  # fmt: skip
         stages.append(("A/A records", said, failed))
 

@@ -87,6 +87,7 @@ def test_every_stage_runs_on_cpu(tmp_path):
     for stage in ("install", "step benchmark", "loader", "compare", "validate"):
         assert f"| {stage} | ok" in summary
     assert "| clocks | skipped: no GPU clocks to lock on CPU |" in summary
+    assert "| A/A records | " in summary and (out / "aa-1.json").is_file()  # the noise stage
     step = json.loads((out / "step.json").read_text())
     (row,) = step["rows"]
     assert row["gpu"]["note"] == "no NVIDIA GPU: platform cpu"
