@@ -432,7 +432,7 @@ def ab(session: nox.Session) -> None:
         side.site = replay.outside_site(session, "ab", engine, side.image, side.packages, into)
     env = bench.SMOKE_ENV if args.variant == "cpu" else {"JAX_PLATFORMS": "cuda"}
     run_rounds(engine, sides, args, run_dir, env, log=session.log)
-    today.python("-m", "dew.bench.analysis.ab", today.path(run_dir), success_codes=(0, 1))
+    today.python("-m", "dew.bench.analysis.ab", today.path(run_dir), success_codes=(0, 1, 3))
     session.log(f"A/B: {(run_dir / 'ab.md').relative_to(ROOT)}, a.json, b.json, ab.png")
 
 

@@ -1,14 +1,15 @@
-"""Fixtures the comparison tests share: the committed A/A records and a noise table made from
-them the way `python -m dew.bench.analysis.noise --write` makes results/noise.json.
+"""Fixtures the comparison tests share: the committed A/A records and the noise fitted from
+them the way `python -m dew.bench.analysis.history --write` fits results/.
 
-Compare reads results/noise.json for the run level it assumes; a test that pins its verdicts
-uses `pinned_noise`, so regenerating that file (more A/A records) does not move them."""
+Compare reads results/noise.json (the fit of every record under results/) for the noise it
+assumes; a test that pins its verdicts uses `pinned_noise`, so regenerating that file (more
+records) does not move them."""
 
 from pathlib import Path
 
 import pytest
 
-from dew.bench.analysis import noise
+from dew.bench.analysis import history
 from dew.bench.record.schema import read_run
 
 REPO = Path(__file__).resolve().parents[3]
@@ -23,14 +24,12 @@ def aa_records():
 
 
 @pytest.fixture(scope="session")
-def aa_table(aa_records):
-    kinds = noise.estimate(aa_records)
-    return {"command": "tests: the six committed A/A records", "kinds": kinds,
-            "default": noise.default_of(kinds)}  # fmt: skip
+def aa_table():
+    return history.fit(history.read_paths(AA))
 
 
 @pytest.fixture
 def pinned_noise(aa_table, monkeypatch):
-    """Compare's noise table is the one estimated from the six committed A/A records."""
-    monkeypatch.setattr(noise, "read_table", lambda path=noise.TABLE: aa_table)
+    """Compare's noise is the one fitted from the six committed A/A records."""
+    monkeypatch.setattr(history, "kinds_table", lambda history_dir=None, exclude=(): aa_table)
     return aa_table

@@ -147,7 +147,7 @@ def test_seven_rounds_of_a_clear_change_decide_every_case_of_a_preset_after_holm
 
 def test_one_paired_round_is_no_verdict(tmp_path, capsys):
     run_dir = make_run(tmp_path, {"uvit": [40.0]}, {"uvit": [30.0]})
-    assert ab.main([str(run_dir)]) == 0
+    assert ab.main([str(run_dir)]) == 3  # INCONCLUSIVE
     out = capsys.readouterr().out
     assert case_table(out)["uvit"]["verdict"] == "undecided"
     assert "- uvit: 1 paired round: a verdict needs 2 or more" in out

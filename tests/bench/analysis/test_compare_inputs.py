@@ -57,9 +57,9 @@ def test_plot_onto_an_existing_file_needs_overwrite(records, tmp_path, capsys):
     assert compare.main([str(run), str(ref), "--plot", str(chart)]) == 2
     assert f"--plot {chart} exists; pass --overwrite" in one_error_line(capsys)
     assert chart.read_bytes() == b"an earlier chart"
-    # The published figures are one draw each: every row undecided, so exit 0.
-    assert compare.main([str(run), str(ref), "--plot", str(chart), "--overwrite"]) == 0
-    assert "\nREPRODUCED: 4 comparable rows: 4 undecided" in capsys.readouterr().out
+    # The published figures are one draw each: every row undecided, INCONCLUSIVE (exit 3).
+    assert compare.main([str(run), str(ref), "--plot", str(chart), "--overwrite"]) == 3
+    assert "\nINCONCLUSIVE: 4 comparable rows: 4 undecided" in capsys.readouterr().out
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["chart.png", "ref.json", "run.json"]
 

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from dew.bench.analysis import history
+from dew.bench.analysis import history, noise
 
 
 def _record(figures: dict[str, list[float]], *, kind="NVIDIA H200", dirty=False, commit="c1"):
@@ -79,11 +79,11 @@ def test_a_kind_without_history_gets_its_weak_prior_never_another_kinds_levels()
             "rows": {},
         }
     }
-    model = history.model_for("NVIDIA B200", "gpu", table)
-    assert (model.pooled.process, model.pooled.run, model.pooled.shift) == history.PRIORS["gpu"]
-    assert model.pooled.process_df == history.PRIOR_PSEUDO_DF
+    model = noise.model_for("NVIDIA B200", "gpu", table)
+    assert (model.pooled.process, model.pooled.run, model.pooled.shift) == noise.PRIORS["gpu"]
+    assert model.pooled.process_df == noise.PRIOR_PSEUDO_DF
     assert "no A/A history" in model.source
-    cpu = history.model_for("cpu", "cpu", table)
+    cpu = noise.model_for("cpu", "cpu", table)
     assert cpu.pooled.shift == 0.13 and "18 records" in cpu.source
 
 

@@ -1,5 +1,5 @@
 """dew.bench.analysis.judge: three outcomes, the shift on its own line, moderated process
-variances; dew.bench.analysis.simulation: its null cells stay under 5%."""
+variances; dew.bench.analysis.calibration: its simulated null cells stay under 5%."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from dew.bench.analysis import judge, simulation, stats
+from dew.bench.analysis import calibration as simulation
+from dew.bench.analysis import judge, stats
 
 CPU = dict(process_var=0.10**2, process_df=40.0, run_var=0.04**2, run_df=30.0,
            shift_var=0.04**2, shift_df=30.0)  # fmt: skip

@@ -41,25 +41,20 @@ def test_the_report_states_the_noise_it_assumed_and_what_it_could_not_detect(opt
     text = report.comparison(cmp, run, ref, "text")
     header = text.split("Stack differences")[0]
     assert "- host drift: the host probe read 1.016x" in header
-    line = next(line for line in header.splitlines() if line.startswith("- run level assumed"))
-    assert "from cpu: 6 committed A/A records (noise.json)" in line
-    # causal_transformer varied more between the A/A records than the pool: its own level.
-    noisier = cmp.noise.rows["causal_transformer"].run
-    assert noisier > cmp.noise.pooled.run
-    assert line.endswith(f"; rows measured noisier: causal_transformer {noisier:.1%}")
+    line = next(line for line in header.splitlines() if line.startswith("- noise assumed"))
+    assert "from cpu: 4 records in 1 A/A groups" in line
+    assert "- the whole run is 41.9% slower (the median of the rows' ratios" in header
     worst = max(row.detect.mde for row in cmp.counted)
     best = min(row.detect.mde for row in cmp.counted)
     assert cmp.detectable == worst and best < worst
     summary = report.summary(cmp)
-    assert summary.startswith("NOT REPRODUCED: 4 comparable rows: 3 slower, 1 undecided")
-    assert "; uvit slower (+79.2%); simple_dit slower (+54.7%);" in summary
-    assert summary.endswith(
-        f"could not detect a change of less than {worst:.0%} in every row ({best:.0%} in its "
-        "best row)"
-    )
+    assert summary.startswith("INCONCLUSIVE: 4 comparable rows: 4 undecided")
+    assert (f"could not detect a change of less than {worst:.0%} in every row ({best:.0%} in "
+            "its best row). To detect 10%: ") in summary  # fmt: skip
     assert summary in text and "\nVerdict\n" in text  # text: no Markdown headings
     md = report.comparison(cmp, run, ref, "md")
-    assert "### Verdict" in md and "| p (Holm) | MDE | n for 10% | verdict |" in md
+    assert "### Verdict" in md
+    assert "| against the shift | p (Holm) | MDE | n for 10% | verdict |" in md
 
 
 def test_the_json_report_is_strict_json_for_rows_without_statistics(pinned_noise):
@@ -76,7 +71,8 @@ def test_the_json_report_is_strict_json_for_rows_without_statistics(pinned_noise
     assert dit["one_process"] == "both" and dit["repeats"] == [1, 1]
     assert dit["repeats_for_target"] is None and dit["mde_floor"] > 0.10  # "never"
     assert document["host_drift"] is None and document["stack"][0]["what"] == "commit"
-    assert document["noise"]["df"] is not None and document["noise"]["rows"] == {}
+    assert document["noise"]["shift_df"] is not None and document["noise"]["rows"] == {}
+    assert document["outcome"] == "INCONCLUSIVE" and document["exit"] == 3
 
 
 def _chart_rows():
@@ -114,7 +110,9 @@ def test_a_chart_that_fails_to_render_leaves_the_old_file_and_no_temporary(tmp_p
 
 def test_a_comparison_with_no_comparable_row_gives_no_verdict(pinned_noise):
     """cpu-smoke against a published small record: every row another model, so neither
-    REPRODUCED nor NOT REPRODUCED."""
+    REPRODUCED nor NOT REPRODUCED: INCONCLUSIVE, saying nothing was compared."""
     cmp = comparison.compare(read_run(AA2_A), read_run(FIRST))
-    assert cmp.counted == [] and not cmp.reproduced
-    assert report.summary(cmp).startswith("NOTHING COMPARED: no row of the run has a comparable")
+    assert cmp.counted == [] and not cmp.reproduced and cmp.outcome == "INCONCLUSIVE"
+    assert report.summary(cmp).startswith(
+        "INCONCLUSIVE: nothing compared: no row of the run has a comparable"
+    )

@@ -18,7 +18,9 @@ on the logs decides a whole preset's cases at the default rounds when the change
 
 It writes RUN/a.json and RUN/b.json (one record per side: each case's row with every round
 as a repeat), RUN/ab.md (the table) and RUN/ab.png (the ratios with their intervals).
-Exit 0 when no case is faster or slower and every run was ok; 1 otherwise; 2 bad input.
+The table ends with compare's three words: NOT REPRODUCED (a case faster or slower),
+REPRODUCED (every case shown the same), INCONCLUSIVE. Exit 0, 1 and 3 for them (1 too when
+a run failed or left no record); 2 bad input.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from typing import Annotated, Any
 
 import tyro
 
-from dew.bench.analysis import programs, stats
+from dew.bench.analysis import judge, programs, stats
 from dew.bench.analysis.comparison import model_difference
 from dew.bench.analysis.tables import table
 from dew.bench.common import cli, files
@@ -55,7 +57,8 @@ MEDIANS = ("ms_per_step", "p10_ms", "p50_ms", "p90_ms", "samples_per_s", "tokens
 @dataclasses.dataclass(frozen=True)
 class Args:
     """Pair the rounds of an A/B run (nox -s ab) into one record per side, the table and
-    the chart. Exit 0: no case faster or slower; 1: one is, or a run failed; 2: usage."""
+    the chart. Exit 0: REPRODUCED; 1: NOT REPRODUCED, or a run failed; 3: INCONCLUSIVE;
+    2: usage."""
 
     run_dir: Annotated[Path, tyro.conf.Positional, tyro.conf.arg(metavar="RUN_DIR")]
     """the A/B run's directory (holds ab-plan.json and rounds/)"""
@@ -289,13 +292,23 @@ def render(plan: dict, found: list[Case], band: float, alpha: float) -> str:
     return "\n".join(lines) + "\n"
 
 
+def outcome(found: list[Case]) -> str:
+    """The three words compare uses: NOT REPRODUCED when a case is faster or slower (B does
+    not reproduce A), REPRODUCED when every case is shown the same, else INCONCLUSIVE."""
+    if any(case.verdict in ("faster", "slower") for case in found):
+        return judge.NOT_REPRODUCED
+    if found and all(case.verdict == "same" for case in found):
+        return judge.REPRODUCED
+    return judge.INCONCLUSIVE
+
+
 def summary(found: list[Case], band: float, alpha: float) -> str:
     counts = {v: sum(1 for c in found if c.verdict == v) for v in ("faster", "slower", "same")}
     other = len(found) - sum(counts.values())
     return (
-        f"B against A: {len(found)} cases: {counts['faster']} faster, {counts['slower']} "
-        f"slower, {counts['same']} same, {other} undecided (band ±{band:g}%, alpha {alpha:g} "
-        "after Holm-Bonferroni)"
+        f"{outcome(found)}: B against A: {len(found)} cases: {counts['faster']} faster, "
+        f"{counts['slower']} slower, {counts['same']} same, {other} undecided (band "
+        f"±{band:g}%, alpha {alpha:g} after Holm-Bonferroni)"
     )
 
 
@@ -375,8 +388,9 @@ def _ab(args: Args) -> int:
     failed = any(not _ok(row) for case in found for rows in case.rows.values()
                  for row in rows.values())  # fmt: skip
     missing = any(entry.get("exit") not in (0, None) for entry in plan["order"])
-    changed = any(case.verdict in ("faster", "slower") for case in found)
-    return cli.EXIT_CHANGED if changed or failed or missing else cli.EXIT_OK
+    if failed or missing:
+        return cli.EXIT_CHANGED
+    return judge.EXIT_CODES[outcome(found)]
 
 
 if __name__ == "__main__":

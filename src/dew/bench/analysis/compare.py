@@ -1,28 +1,30 @@
 """Hold a run against a reference record: did it reproduce, and if not, why?
 
-`python -m dew.bench.analysis.compare RUN [REFERENCE] [--band 5] [--alpha 0.05]
-[--target-mde 10] [--run-noise PCT] [--format md|text|json] [--plot PNG] [--overwrite]`
+`python -m dew.bench.analysis.compare RUN [REFERENCE] [--band PCT] [--alpha 0.05]
+[--history DIR] [--target-mde 10] [--run-noise PCT] [--format md|text|json] [--plot PNG]
+[--overwrite] [--strict]`
 
 First the stack differences (packages, driver, device, env flags, commit, settings), then
-per row the ratios run / reference of ms/step, p50, samples/s, util and peak GiB, the
-timing ratio's interval (the repeats and the run level between two records), the p after
-Holm-Bonferroni, what the row could have detected (MDE) and the repeats a side a change of
---target-mde would need, and a verdict: `faster`/`slower` only with the whole interval
-beyond the band AND significant at --alpha after Holm, `same` with the whole interval
-inside the band, else `undecided` saying why; with host-speed probes in both records a
-change the host's own drift explains is `undecided` too. The run level comes from the
-committed A/A records (results/noise.json, dew.bench.analysis.noise) or --run-noise.
-dew.bench.analysis.comparison holds the model, dew.bench.analysis.matching which rows pair
-up and dew.bench.analysis.report prints it; this module is the command line.
+the noise assumed (the device kind's process level, run level and whole-run shift, fitted
+from the records' own A/A history: dew.bench.analysis.history), the whole run's shift (the
+median of the rows' ratios) on its own line, then per row the ratios run / reference, the
+timing ratio's 95% interval, its ratio against the shift, the p after Holm-Bonferroni
+(over the shift and the rows), what the row could have detected (MDE) and the repeats a
+side a change of --target-mde would need, and its word: `faster`/`slower` (against the
+shift, interval beyond the band AND significant), `same` (its whole change's 90% interval
+inside the band: an equivalence test), else `undecided` saying why. On CPU hosts a change
+the host probe's own drift explains is `undecided` too. dew.bench.analysis.judge holds the
+rules, dew.bench.analysis.comparison the model, dew.bench.analysis.report prints it.
 A compile-only RUN (settings.compile_only) has no times: compare prints the parity table
-instead, params and GFLOP/step against the reference (dew.bench.analysis.parity has the commands).
+instead, params and GFLOP/step against the reference (dew.bench.analysis.parity).
 
 The reference defaults to the published record (results/published/) of the same kind that
 shares the most rows with the run. --plot writes a PNG, refusing an input or an existing
-file (unless --overwrite) before anything is printed. Exit 0 when no row is faster or
-slower (parity holds), 1 when one is, a row failed in this run, nothing was comparable or,
-with --strict, a row is undecided; 2 for bad input: flags, a file that is no valid record,
-records of two kinds, an unwritable --plot.
+file (unless --overwrite) before anything is printed. Exit 0: REPRODUCED (every comparable
+row shown the same); 1: NOT REPRODUCED (the shift or a row faster or slower, or a row that
+ran in the reference fails now); 3: INCONCLUSIVE (anything else, nothing compared too; 1
+with --strict); 2 for bad input: flags, a file that is no valid record, records of two
+kinds, an unwritable --plot.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from typing import Annotated, Literal
 
 import tyro
 
-from dew.bench.analysis import comparison, noise, parity, report
+from dew.bench.analysis import comparison, history, judge, noise, parity, report
 from dew.bench.analysis.plots import comparison_chart
 from dew.bench.common import cli, files
 from dew.bench.common.cli import UsageError
@@ -84,7 +86,7 @@ def default_reference(run: BenchmarkRun, run_path: Path, directory: Path = PUBLI
 class Args:
     """Hold a run record against a reference: the stack differences, per row the ratios and
     a verdict within the noise band; for a compile-only run, the parity table. Exit 0:
-    reproduced (parity); 1: not; 2: bad input."""
+    REPRODUCED (parity); 1: NOT REPRODUCED; 3: INCONCLUSIVE; 2: bad input."""
 
     run: Annotated[str, tyro.conf.Positional, tyro.conf.arg(metavar="RUN")]
     """the run's record (a --json-out of tools/benchmark_step.py or benchmark_data.py)"""
@@ -92,17 +94,21 @@ class Args:
         None
     )
     """the record to hold it against; default: the published one sharing the most rows"""
-    band: float = 5.0
-    """noise band in percent, in [0, 100): a smaller change is never a verdict"""
+    band: float | None = None
+    """noise band in percent, in [0, 100): a smaller change is never a verdict; default: the
+    device kind's (2 on a GPU, 5 on a CPU host)"""
     alpha: float = 0.05
     """significance level of a verdict, after Holm-Bonferroni over the rows compared"""
     strict: bool = False
-    """exit 1 also when a row is undecided (too few samples or too noisy)"""
+    """exit 1 also when the comparison is INCONCLUSIVE (instead of 3)"""
+    history: str | None = None
+    """the folder whose A/A records give each device kind's noise (the records compared
+    are left out of it); default: results/noise.json, the fit of results/"""
     target_mde: float = 10.0
     """the change in percent each row says how many repeats a side it would need for"""
     run_noise: float | None = None
-    """the run level in percent (the spread of a row between two runs); default: measured
-    on the committed A/A records of the records' device kind (results/noise.json)"""
+    """the shift between two runs in percent, taken as known (a row's own run level 0);
+    default: fitted from the history of the records' device kind"""
     format: Literal["md", "text", "json"] = "md"
     """Markdown, aligned text, or one JSON object (the fields: docs/reproducing.md)"""
     plot: str | None = None
@@ -124,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _compare(args: Args) -> int:
-    if not 0 <= args.band < 100:  # a NaN fails this too
+    if args.band is not None and not 0 <= args.band < 100:  # a NaN fails this too
         raise UsageError(f"--band {args.band:g} is not a percentage in [0, 100)")
     if not 0 < args.alpha < 1:
         raise UsageError(f"--alpha {args.alpha:g} is not a probability in (0, 1)")
@@ -154,13 +160,21 @@ def _compare(args: Args) -> int:
             raise UsageError(f"RUN {run_path} is compile-only: its parity table has md and text")
         rows = parity.check(run, ref)
         print(parity.render(rows, run, ref, str(run_path), str(ref_path), args.format))
-        ok, field = parity.passed(rows), "gflop_per_step"
+        field = "gflop_per_step"
+        code = cli.EXIT_OK if parity.passed(rows) else cli.EXIT_CHANGED
     else:
-        model = noise.for_records(run, ref)
+        kinds = None
+        if args.history is not None:
+            folder = Path(args.history)
+            if not folder.is_dir():
+                raise UsageError(f"--history {folder} is not a folder of records")
+            kinds = history.fit(history.read(folder, exclude=(run_path, ref_path)))
+        model = noise.for_records(run, ref, kinds)
         if args.run_noise is not None:
             pooled = model.pooled
-            given = noise.Noise(args.run_noise / 100, pooled.process, math.inf,
-                                f"--run-noise {args.run_noise:g}")  # fmt: skip
+            given = noise.Noise(pooled.process, pooled.process_df, 0.0, math.inf,
+                                  args.run_noise / 100, math.inf,
+                                  f"--run-noise {args.run_noise:g}")  # fmt: skip
             model = noise.NoiseModel(given, {}, given.source)
         cmp = comparison.compare(
             run, ref, band=args.band, alpha=args.alpha, run_label=str(run_path),
@@ -171,14 +185,15 @@ def _compare(args: Args) -> int:
         else:
             print(report.comparison(cmp, run, ref, args.format))
         rows, field = cmp.rows, cmp.timing
-        ok = cmp.reproduced and not (args.strict and cmp.undecided)
+        code = judge.EXIT_CODES[cmp.outcome]
+        code = cli.EXIT_CHANGED if args.strict and code == 3 else code
     if plot_path is not None:
         try:
             comparison_chart(plot_path, rows, field, str(run_path), str(ref_path))
         except OSError as error:  # the place was checked; a full disk still ends here
             raise UsageError(f"--plot {plot_path}: {cli.one_line(error)}") from None
         print(f"chart: {plot_path}", file=sys.stderr)
-    return cli.EXIT_OK if ok else cli.EXIT_CHANGED
+    return code
 
 
 if __name__ == "__main__":

@@ -1,38 +1,44 @@
 """The model of holding a run against a reference: per row the ratios and a verdict.
 
 Per row the ratios run / reference of ms/step, p50, samples/s, util and peak GiB (the
-loader: samples/s, p50, p95, first batch), and for the timing (ms/step; the loader's ms
-per batch) the statistics of dew.bench.analysis.stats: the ratio of the geometric means of
-the repeats with its interval, including the run level of dew.bench.analysis.noise (two
-records are two runs); the p of its t-test corrected over the rows by Holm-Bonferroni; a
-verdict (`faster`/`slower` only with the whole interval beyond the band, symmetric in log
-space, AND significant; `same` with the whole interval inside; else `undecided`, saying
-why); and what the row could have detected (`Detectable`: its MDE, and the repeats a side
-a target change needs). A side with one process (the published tables, a plain run) is one
-draw of its run: the interval is a prediction interval, and the row says so.
+loader: samples/s, p50, p95, first batch). For the timing (ms/step; the loader's ms per
+batch) the rows are judged together by dew.bench.analysis.judge at the noise of their
+device kind (dew.bench.analysis.history: fitted from the records' own A/A history, or a
+stated weak prior): the ratio of the geometric means of each row's repeats with its 95%
+interval, the whole run's shift (the median of the rows' ratios, 3 rows or more) on its
+own line, each row's change against it, Holm-Bonferroni over the shift and the rows, and
+a word: `faster`/`slower` (beyond the band and significant), `same` (the whole change's
+90% interval inside the band: an equivalence test), else `undecided`, saying why; and what
+the row could have detected (`Detectable`: its MDE, the repeats a side and the
+interleaved rounds a target change needs). The comparison's `outcome` is REPRODUCED,
+NOT REPRODUCED or INCONCLUSIVE. A side with one process (the published tables, a plain
+run) is one draw of its run, and the row says so.
 
-When both records hold host-speed probes (`host_probe_ms` of every repeat:
-dew.bench.runtime.hostprobe), the host's own drift between them, h (`stats.drift`), is
-shown in the header, and a `faster`/`slower` must also lie wholly beyond the band around h:
-a change the host's drift explains is `undecided`. A change measured while the idle check
-found the host busy is `undecided` too. Rows are paired by dew.bench.analysis.matching; a
-row whose model differs (GFLOP/step, backbone params, batch or sample) is "different
-model, not comparable": its ratios are shown but it does not decide the exit status. Each
-step row says whether both sides ran the same compiled program (`compiled`: "same
-program", "same program, other kernels", "other program"; dew.bench.analysis.programs),
-and a side whose repeats compiled otherwise says so in the notes.
+dew.bench.analysis.host_gates: with host-speed probes in both CPU records, a
+`faster`/`slower` must also lie wholly beyond the band around the host's own drift; a
+change measured while the idle check found the host busy is `undecided` too. Rows are
+paired by dew.bench.analysis.matching; a row whose model differs (GFLOP/step, backbone
+params, batch or sample) is "different model, not comparable": its ratios are shown but
+it does not decide the outcome. Each step row says whether both sides ran the same
+compiled program (`compiled`: "same program", "same program, other kernels", "other
+program"; dew.bench.analysis.programs), and a side whose repeats compiled otherwise says so
+in the notes.
 
-`compare(run, reference)` gives the `Comparison`; dew.bench.analysis.tables prints it and
+`compare(run, reference)` gives the `Comparison`; dew.bench.analysis.report prints it and
 dew.bench.analysis.compare is the command line.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
-from dew.bench.analysis import programs, stats
+import numpy as np
+
+from dew.bench.analysis import judge, programs, stats
+from dew.bench.analysis.host_gates import busy_line, drift_why, host_drift
 from dew.bench.analysis.matching import match_rows, same_gflop
-from dew.bench.analysis.noise import NoiseModel, for_records
+from dew.bench.analysis.noise import Noise, NoiseModel, for_records, platform_of
 from dew.bench.common.cli import UsageError
 from dew.bench.record.schema import BenchmarkRun, DataRow, StepRow
 from dew.bench.record.stack import StackDifference, stack_differences
@@ -58,8 +64,10 @@ class RowComparison:
     difference: stats.Difference | None = None  # the timing's statistics (time: run / ref)
     adjusted_p: float | None = None  # its p after Holm over the rows
     detect: stats.Detectable | None = None  # what the row could have detected
-    noise: stats.Noise | None = None  # the run level it assumed
+    noise: Noise | None = None  # the levels it assumed
     why: str | None = None  # what an `undecided` lacks
+    relative: tuple[float, float, float] | None = None  # against the shift: ratio, low, high
+    rounds: int | None = None  # interleaved rounds (nox -s ab) that would detect the target
     compiled: str | None = None  # same program | ..., other kernels | other program; None: unknown
 
     @property
@@ -89,8 +97,9 @@ class Comparison:
     rows: list[RowComparison]
     host: stats.Drift | None = None  # the host probe's drift; None: a side has no readings
     host_line: str | None = None  # the header's line on it (the drift, or why not checked)
-    noise: NoiseModel | None = None  # the run level assumed, and where it came from
+    noise: NoiseModel | None = None  # the levels assumed, and where they came from
     target: float = 0.10  # the change `repeats_for` is asked about (a fraction)
+    shift: judge.Shift | None = None  # the whole-table shift (3 rows or more)
 
     @property
     def detectable(self) -> float | None:
@@ -103,9 +112,20 @@ class Comparison:
         return [r for r in self.rows if r.counts]
 
     @property
+    def outcome(self) -> str:
+        """NOT REPRODUCED: the shift or a row faster or slower, or a row that ran in the
+        reference fails now; REPRODUCED: every comparable row shown the same; else
+        INCONCLUSIVE (nothing compared too)."""
+        shifted = self.shift is not None and self.shift.word in ("faster", "slower")
+        if shifted or any(r.changed for r in self.counted):
+            return judge.NOT_REPRODUCED
+        if self.counted and all(r.verdict == "same" for r in self.counted):
+            return judge.REPRODUCED
+        return judge.INCONCLUSIVE
+
+    @property
     def reproduced(self) -> bool:
-        """Something was compared and no row changed (undecided rows do not fail it)."""
-        return bool(self.counted) and not any(r.changed for r in self.counted)
+        return self.outcome == judge.REPRODUCED
 
     @property
     def undecided(self) -> list[RowComparison]:
@@ -234,14 +254,11 @@ def _compare_rows(run_row, ref_row, kind: str, note: str | None, noise: NoiseMod
         return row
     row.noise = noise.for_row(label)
     row.sides = sides
-    row.difference = stats.compare_sides(*row.sides, row.noise)
-    one = row.difference.one_draw
-    if one is not None:
-        which = {"run": "the run has", "reference": "the reference has", "both": "both have"}
-        row.notes.append(
-            f"{which[one]} one process: judged as one draw of its run (a prediction interval"
-            + (", the process level from the noise table)" if one == "both" else ")")
-        )
+    one = [which for which, side in (("run", sides[0]), ("reference", sides[1])) if side.n == 1]
+    if one:
+        said = {1: f"the {one[0]} has", 2: "both have"}[len(one)]
+        row.notes.append(f"{said} one process: judged as one draw of its run (its process "
+                         "variance from the other side and the noise's process level)")  # fmt: skip
     return row
 
 
@@ -266,122 +283,151 @@ def decide(
     alpha: float,
     host: stats.Drift | None = None,
     target: float = 0.10,
-) -> None:
-    """The verdicts of the rows with a timing on both sides, their p-values corrected
-    together by Holm-Bonferroni (dew.bench.analysis.stats), what each could have detected;
-    then every `faster`/`slower` held against a busy host and the host's drift."""
-    tested = [row for row in rows if row.difference is not None and row.counts]
-    adjusted = stats.holm([row.difference.p_value for row in tested])
-    for row, p_value in zip(tested, adjusted, strict=True):
-        diff = row.difference
-        row.adjusted_p = p_value
-        row.verdict, row.why = stats.verdict(diff, p_value, band=band / 100, alpha=alpha)
-        row.detect = stats.detectable(
-            *row.sides, row.noise, tests=len(tested), band=band / 100, alpha=alpha
-        )
-        busy = "; ".join(filter(None, (_busy(row.run, "run"), _busy(row.reference, "ref"))))
+) -> judge.Shift | None:
+    """The verdicts of the rows with a timing on both sides, judged together
+    (dew.bench.analysis.judge: the whole-table shift, each row against it, Holm over both,
+    equivalence for `same`), what each could have detected; then every `faster`/`slower`
+    held against a busy host and, on CPU hosts, the host probe's drift. Returns the
+    shift (None with fewer than judge.MIN_ROWS_FOR_SHIFT rows)."""
+    tested = [row for row in rows if row.sides is not None and row.counts]
+    shift = None
+    if tested:
+        shift = _judge(tested, band / 100, alpha, target)
+    for row in tested:
+        busy = "; ".join(filter(None, (busy_line(row.run, "run"), busy_line(row.reference, "ref"))))
         if row.verdict in ("faster", "slower") and busy:
             # A change measured while other work ran says more about the host than the
             # stack (the seed: unet 54 ms/step under load against 16.4 idle).
             row.verdict, row.why = "undecided", f"{row.verdict} while {busy}"
         if host is not None and row.verdict in ("faster", "slower"):
+            diff = row.difference
             if not stats.beyond_drift(diff.low, diff.high, diff.ratio, host, band / 100):
-                row.verdict, row.why = "undecided", _drift_why(host, diff, band / 100)
+                row.verdict, row.why = "undecided", drift_why(host, diff, band / 100)
+    if shift is not None and shift.word in ("faster", "slower"):
+        busy = [row for row in tested if busy_line(row.run, "run") or busy_line(row.reference,
+                                                                               "ref")]  # fmt: skip
+        explained = host is not None and not stats.beyond_drift(
+            shift.low, shift.high, shift.ratio, host, band / 100)  # fmt: skip
+        if busy or explained:
+            why = (f"the whole run {shift.word} while the host was busy for {len(busy)} rows"
+                   if busy else drift_why(host, shift, band / 100))  # fmt: skip
+            shift = dataclasses.replace(shift, word="undecided", why=why)
     for row in rows:
         if row.why:
             row.notes.append(f"undecided: {row.why}")
+    return shift
 
 
-def _drift_why(host: stats.Drift, diff: stats.Difference, band: float) -> str:
-    """Why a change the host's drift explains is undecided, with the figures."""
-    floor, ceiling = stats.drift_band(host, band)
-    shown = f"{diff.low:.3f}-{diff.high:.3f}"
-    return (
-        f"{_host_speed(host)} (host probe); the change is within that (ratio {shown} "
-        f"against the band {floor:.3f}-{ceiling:.3f} around the drift)"
+def _judge(tested: list[RowComparison], band: float, alpha: float, target: float):
+    """judge.judge_arrays over the rows (one trial), written back into each row."""
+    runs, refs = [r.sides[0] for r in tested], [r.sides[1] for r in tested]
+    noises = [r.noise for r in tested]
+    nan = float("nan")
+    n_run = np.array([s.n for s in runs], dtype=float)
+    n_ref = np.array([s.n for s in refs], dtype=float)
+    process_var, process_df = judge.moderated(
+        np.array([nan if s.var is None else s.var for s in runs]), n_run,
+        np.array([nan if s.var is None else s.var for s in refs]), n_ref,
+        np.array([n.process for n in noises]), np.array([n.process_df for n in noises]),
+    )  # fmt: skip
+    d = np.array([a.mean - b.mean for a, b in zip(runs, refs, strict=True)])
+    out = judge.judge_arrays(
+        d, process_var, process_df, np.array([n.run**2 for n in noises]),
+        np.array([n.run_df for n in noises]), noises[0].shift**2, noises[0].shift_df,
+        n_run, n_ref, band=band, alpha=alpha,
+    )  # fmt: skip
+    shifted = len(tested) >= judge.MIN_ROWS_FOR_SHIFT
+    for k, row in enumerate(tested):
+        p = float(out["p_holm"][0, k])
+        row.adjusted_p = None if math.isnan(p) else p
+        row.difference = stats.Difference(
+            math.exp(d[k]), math.exp(out["total_low"][0, k]), math.exp(out["total_high"][0, k]),
+            math.sqrt(out["total_var"][0, k]), float(out["total_df"][0, k]), row.adjusted_p,
+            (int(n_run[k]), int(n_ref[k])), _one_draw(n_run[k], n_ref[k]),
+        )  # fmt: skip
+        if shifted:
+            row.relative = tuple(math.exp(float(out[key][0, k]))
+                                 for key in ("tested", "low", "high"))  # fmt: skip
+        row.verdict = judge.WORDS[int(out["word"][0, k])]
+        row.why = _why(row, band) if row.verdict == "undecided" else None
+        row.detect, row.rounds = _detectable(
+            float(process_var[k]), float(process_df[k]), (int(n_run[k]), int(n_ref[k])),
+            float(out["tested_var"][0, k]), float(out["tested_df"][0, k]),
+            len(tested) + int(shifted), band, alpha, target,
+        )  # fmt: skip
+    if not shifted:
+        return None
+    sh = out["shift"]
+    p = float(sh["p"][0])
+    return judge.Shift(math.exp(float(sh["estimate"][0])), math.exp(float(sh["low"][0])),
+                       math.exp(float(sh["high"][0])), None if math.isnan(p) else p,
+                       judge.WORDS[int(sh["word"][0])])  # fmt: skip
+
+
+def _one_draw(n_run: float, n_ref: float) -> str | None:
+    """Which side has one process ("run", "reference", "both"), None when neither."""
+    return {(True, True): "both", (True, False): "run", (False, True): "reference"}.get(
+        (n_run == 1, n_ref == 1)
     )
 
 
-def _host_speed(host: stats.Drift) -> str:
-    """`the host ran 12% faster during the run than the reference`, from the probe's ratio
-    (like a row's ratio: 0.88 takes 12% less time)."""
-    change = host.ratio - 1
-    if round(abs(change) * 100) == 0:
-        return "the host ran at the same speed during the run and the reference"
-    word = "faster" if change < 0 else "slower"
-    return f"the host ran {abs(change):.0%} {word} during the run than the reference"
+def _detectable(var, var_df, repeats, tested_var, tested_df, tests, band, alpha, target):
+    """What the row could detect (stats.Detectable: the process variance and the run
+    levels its test carries), and the interleaved rounds that would detect `target`."""
+    process = var * (1 / repeats[0] + 1 / repeats[1])
+    carried = stats.Noise(math.sqrt(max(0.0, tested_var - process) / 2), math.sqrt(var),
+                          tested_df, "")  # fmt: skip
+    detect = stats.Detectable(var, var_df, repeats, carried, tests, band, alpha)
+    interleaved = stats.Noise(0.0, math.sqrt(var), math.inf, "")
+    rounds = stats.Detectable(var, var_df, (2, 2), interleaved, tests, band, alpha)
+    return detect, rounds.repeats_for(target)
 
 
-def probe_readings(record: BenchmarkRun) -> list[float]:
-    """The record's host-probe readings, each once: the step benchmark takes one probe per
-    time stage and gives it to every row's repeat timed in that stage, so a reading shared
-    by rows is one look at the host, not several."""
-    readings = {
-        repeat.host_probe_ms
-        for row in record.rows
-        for repeat in row.repeats or []
-        if repeat.host_probe_ms is not None
-    }
-    return sorted(readings)
-
-
-def host_drift(
-    run: BenchmarkRun, reference: BenchmarkRun, run_label: str, reference_label: str
-) -> tuple[stats.Drift | None, str]:
-    """The host's drift between the records (None when a side has no probe readings) and
-    the header's line on it."""
-    run_ms, ref_ms = probe_readings(run), probe_readings(reference)
-    missing = [
-        f"{which} {label}"
-        for which, label, readings in (
-            ("RUN", run_label, run_ms),
-            ("REFERENCE", reference_label, ref_ms),
-        )
-        if not readings
-    ]
-    if missing:
-        return None, f"no host probe in {' or '.join(missing)}: drift between the runs not checked"
-    host = stats.drift(run_ms, ref_ms)
-    line = (
-        f"host drift: the host probe read {host.ratio:.3f}x [{host.low:.3f}, {host.high:.3f}] "
-        f"run / reference ({host.readings[0]} and {host.readings[1]} readings): "
-        f"{_host_speed(host)}"
-    )
-    return host, line
-
-
-def _busy(row: StepRow | DataRow, side: str) -> str:
-    """`the host was busy for k of n repeats (side)`, or "" when it never was."""
-    repeats = row.repeats or []
-    busy = sum(1 for repeat in repeats if repeat.host_busy)
-    return f"the host was busy for {busy} of {len(repeats)} {side} repeats" if busy else ""
+def _why(row: RowComparison, band: float) -> str:
+    """What an undecided row lacks: its interval against the band."""
+    low, high = row.relative[1:] if row.relative else (row.difference.low, row.difference.high)
+    limit = (1 / (1 + band), 1 + band)
+    shown = f"{low:.3f}-{high:.3f}"
+    against = " against the shift" if row.relative else ""
+    if limit[0] <= low and high <= limit[1]:
+        return (f"its change{against} {shown} is inside the band, but its whole change is "
+                f"not shown inside it ({row.difference.low:.3f}-{row.difference.high:.3f}, "
+                "the runs' shift included)")  # fmt: skip
+    if low > limit[1] or high < limit[0]:
+        p = "n/a" if row.adjusted_p is None else f"{row.adjusted_p:.3g}"
+        return f"its change{against} {shown} is beyond the band but not significant (Holm p {p})"
+    return f"its change{against} {shown} reaches into the band"
 
 
 def compare(
     run: BenchmarkRun,
     reference: BenchmarkRun,
     *,
-    band: float = 5.0,
+    band: float | None = None,
     alpha: float = 0.05,
     run_label: str = "run",
     reference_label: str = "reference",
     noise: NoiseModel | None = None,
     target: float = 0.10,
 ) -> Comparison:
-    """Hold `run` against `reference`; `noise` defaults to the committed table's
-    (dew.bench.analysis.noise.for_records), `target` is the change (a fraction) each row
-    says how many repeats it would need for."""
+    """Hold `run` against `reference`; `band` (percent) defaults to the device kind's
+    (judge.band_for), `noise` to the records' history (noise.for_records), `target` is the change
+    (a fraction) each row says how many repeats it would need for."""
     if run.kind != reference.kind:
         raise UsageError(f"cannot compare a {run.kind} run with a {reference.kind} record")
     noise = for_records(run, reference) if noise is None else noise
+    if band is None:
+        band = 100 * max(judge.band_for(platform_of(r)) for r in (run, reference))
     stack, unknown = stack_differences(run, reference)
     rows = [
         compare_rows(a, b, run.kind, note, noise)
         for a, b, note in match_rows(run.rows, reference.rows)
     ]
     host, host_line = host_drift(run, reference, run_label, reference_label)
-    decide(rows, band, alpha, host, target)
+    if host is not None and "cpu" not in map(platform_of, (run, reference)):
+        host, host_line = None, "host probe: not a gate between GPU records (it times the CPU)"
+    shift = decide(rows, band, alpha, host, target)
     return Comparison(
         run_label, reference_label, run.kind, band, alpha, stack, unknown, rows, host,
-        host_line, noise, target,
+        host_line, noise, target, shift,
     )  # fmt: skip

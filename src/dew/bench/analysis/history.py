@@ -7,9 +7,10 @@ whose every repeat figure another record also holds (an A/B round inside its sid
 record, a reproduce's copy of its reference) counts once. A dirty tree's records pair
 only with records of the same diff (its hash); without one they are left out. Records that
 share a stack identity (commit, packages, driver, Python, environment flags, code from
-outside dew, the measuring settings) and a device identity (device kind and count, and the cards' UUIDs
-where there are any) are A/A records: the same thing measured at different times. Each
-such group is fitted as a two-way random-effects table on the logs of the repeat figures:
+outside dew, the measuring settings; a loader's rows) and a device identity (device kind
+and count, and the cards' UUIDs where there are any) are A/A records: the same thing
+measured at different times. Each such group is fitted as a two-way random-effects table
+on the logs of the repeat figures:
 
 - the **process level** σ_p: the variance within a record's repeats of a row, pooled;
 - the **shift** σ_s: what a whole record shares (the record effects of an additive fit of
@@ -19,14 +20,14 @@ such group is fitted as a two-way random-effects table on the logs of the repeat
 
 Method of moments, each estimate weighted by the degrees of freedom of its mean square
 (the records less one for the shift, the residuals' for the run level), pooled unclipped
-over the groups of a kind by their degrees of freedom and only then read as 0 when negative (clipping each first biases upward).
+over the groups of a kind by their degrees of freedom and only then read as 0 when
+negative (clipping each first biases upward).
 Each row's own levels shrink toward its kind's (empirical Bayes, the kind's level worth
 PRIOR_DF degrees of freedom), never the larger of two noisy estimates. A kind with no
-history gets a stated weak prior (`PRIORS`), never another kind's levels.
+history gets a stated weak prior (dew.bench.analysis.noise), never another kind's levels.
 
---write caches the fit of results/ in results/noise-history.json (a test checks it is
-current). compare does not read it yet: it still assumes results/noise.json's levels
-(dew.bench.analysis.noise) until it is wired to this fit.
+--write caches the fit of results/ in results/noise.json (a test checks it is current):
+what compare and --repeats auto read by default; compare --history DIR fits DIR itself.
 """
 
 from __future__ import annotations
@@ -49,16 +50,8 @@ from dew.bench.record.stack import stack_identity
 
 PROG = "python -m dew.bench.analysis.history"
 HISTORY = REPO_ROOT / "results"
-TABLE = HISTORY / "noise-history.json"
+TABLE = HISTORY / "noise.json"
 SKIPPED_DIRS = {"schema", "site"}
-# A kind without history: weak priors, worth PRIOR_PSEUDO_DF degrees of freedom each.
-# GPU: a step repeats within about 1% on a quiet card (the RTX 4080's same-commit rerun in
-# results/published: 83.0 against 83.26 ms, 0.3%); 2% process, 1% run and shift is wider
-# than that. CPU: the 2-core VM's first A/A records read 10-12% process and about 5% run.
-PRIOR_PSEUDO_DF = 2.0
-PRIORS = {"gpu": (0.02, 0.01, 0.01), "cpu": (0.10, 0.05, 0.05)}  # process, run, shift
-
-
 # --- reading the history -------------------------------------------------------------------
 
 
@@ -93,6 +86,8 @@ def identity(record: dict) -> str:
     kept["xla_flags"] = (settings.get("options") or {}).get("xla_flags")
     cards = sorted(g.get("uuid") or "" for g in env.get("gpus") or [])
     kept["diff"] = (env.get("code") or {}).get("diff_sha256")  # a dirty tree's content
+    if record.get("kind") == "data":  # a loader's workers and threads are its row's setting
+        kept["rows"] = sorted(row_label(row) for row in record.get("rows") or [])
     return json.dumps([record.get("kind"), stack, kept, cards], sort_keys=True, default=str)
 
 
@@ -108,10 +103,15 @@ def read(directory: Path, exclude: Iterable[Path] = ()) -> list[tuple[str, dict]
     """Every record under `directory` (a JSON object with a kind, an environment and rows),
     less `exclude` and less records whose figures another holds."""
     skip = {Path(p).resolve() for p in exclude}
+    paths = sorted(directory.rglob("*.json")) if directory.is_dir() else []
+    return read_paths(p for p in paths if not SKIPPED_DIRS & set(p.relative_to(directory).parts)
+                      and p.resolve() not in skip)  # fmt: skip
+
+
+def read_paths(paths: Iterable[Path]) -> list[tuple[str, dict]]:
+    """The records among `paths` (others are passed over quietly), each once (`read`)."""
     found = []
-    for path in sorted(directory.rglob("*.json")) if directory.is_dir() else []:
-        if SKIPPED_DIRS & set(path.relative_to(directory).parts) or path.resolve() in skip:
-            continue
+    for path in paths:
         try:
             record = json.loads(path.read_text())
         except (OSError, ValueError):
@@ -238,7 +238,7 @@ def fit_group(members: Sequence[tuple[str, dict]], fit: KindFit) -> None:
 
 
 def fit(records: Sequence[tuple[str, dict]]) -> dict:
-    """The fitted levels per device kind (standard deviations), as noise-history.json
+    """The fitted levels per device kind (standard deviations), as noise.json
     holds them."""
     groups: dict[str, list[tuple[str, dict]]] = {}
     for path, record in records:
@@ -287,73 +287,6 @@ def _sd(var: float) -> float:
     return round(math.sqrt(max(0.0, var)), 5)
 
 
-# --- what a comparison assumes ------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Noise:
-    """The levels one row's comparison assumes, as standard deviations of the log figure:
-    the process level (the prior that moderates the repeats' own variance), the row's own
-    run level and the shift its whole record shares, each with its degrees of freedom;
-    `source` says where they came from."""
-
-    process: float
-    process_df: float
-    run: float
-    run_df: float
-    shift: float
-    shift_df: float
-    source: str
-
-
-def prior(platform_name: str | None, kind: str | None) -> Noise:
-    """The weak prior of a kind with no history (PRIORS)."""
-    family = "cpu" if platform_name in (None, "cpu") else "gpu"
-    process, run, shift = PRIORS[family]
-    source = (f"{kind or 'this device'} has no A/A history: the weak {family.upper()} prior "
-              f"(process {process:.0%}, run {run:.0%}, shift {shift:.0%}, "
-              f"{PRIOR_PSEUDO_DF:g} df each)")  # fmt: skip
-    return Noise(process, PRIOR_PSEUDO_DF, run, PRIOR_PSEUDO_DF, shift, PRIOR_PSEUDO_DF, source)
-
-
-@dataclasses.dataclass(frozen=True)
-class NoiseModel:
-    """The noise one comparison assumes: the kind's levels, and each row's shrunk ones."""
-
-    pooled: Noise
-    rows: dict[str, Noise]
-    source: str
-
-    def for_row(self, label: str) -> Noise:
-        return self.rows.get(label, self.pooled)
-
-
-def model_for(kind: str | None, platform_name: str | None, table: dict) -> NoiseModel:
-    """The noise of `kind` from a fitted table (`fit`'s), or its prior."""
-    entry = table.get(kind) if kind is not None else None
-    if not entry or (entry["process_df"] <= 0 and entry["run_df"] <= 0):
-        noise = prior(platform_name, kind)
-        return NoiseModel(noise, {}, noise.source)
-    source = (f"{kind}: {entry['records']} records in {len(entry['groups'])} A/A groups "
-              f"(process {entry['process']:.1%} over {entry['process_df']:g} df, run "
-              f"{entry['run']:.1%} over {entry['run_df']:g} df, shift {entry['shift']:.1%} "
-              f"over {entry['shift_df']:g} df)")  # fmt: skip
-    fallback = prior(platform_name, kind)
-
-    def level(value: float, df: float, default: float) -> tuple[float, float]:
-        return (value, df) if df > 0 else (default, PRIOR_PSEUDO_DF)
-
-    shift = level(entry["shift"], entry["shift_df"], fallback.shift)
-    pooled = Noise(*level(entry["process"], entry["process_df"], fallback.process),
-                   *level(entry["run"], entry["run_df"], fallback.run), *shift, source)  # fmt: skip
-    rows = {
-        label: Noise(row["process"], pooled.process_df, row["run"], pooled.run_df, *shift,
-                     source)
-        for label, row in entry["rows"].items()
-    }  # fmt: skip
-    return NoiseModel(pooled, rows, source)
-
-
 def read_table(path: Path = TABLE) -> dict | None:
     try:
         return json.loads(path.read_text())
@@ -362,7 +295,7 @@ def read_table(path: Path = TABLE) -> dict | None:
 
 
 def kinds_table(history: Path | None, exclude: Iterable[Path] = ()) -> dict:
-    """The fitted kinds: of `history` when given, else the cache (noise-history.json),
+    """The fitted kinds: of `history` when given, else the cache (noise.json),
     else of results/ itself."""
     if history is None:
         cached = read_table()
@@ -378,12 +311,12 @@ def kinds_table(history: Path | None, exclude: Iterable[Path] = ()) -> dict:
 @dataclasses.dataclass(frozen=True)
 class Args:
     """Fit each device kind's noise from the A/A records under --history and print it, or
-    write results/noise-history.json (--write)."""
+    write results/noise.json (--write)."""
 
     history: Annotated[str, tyro.conf.arg(metavar="DIR")] = str(HISTORY)
     """the folder whose records (at any depth) are the history"""
     write: bool = False
-    """write results/noise-history.json, the cache of the fit of results/"""
+    """write results/noise.json, the cache of the fit of results/"""
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -25,10 +25,9 @@ the two sides' mean logs.
   ran in the reference fails now); REPRODUCED when every comparable row is the same;
   INCONCLUSIVE otherwise, never a success.
 
-Everything is vectorized over a leading axis of trials, so a simulation runs exactly this
-code (`simulate`, the calibration of issue 40's rules). compare does not call it yet: it
-still judges with dew.bench.analysis.comparison's rules until it is wired to this module
-and to dew.bench.analysis.history's levels.
+Everything is vectorized over a leading axis of trials, so the calibration's simulation
+(dew.bench.analysis.calibration.simulate) runs exactly the code compare runs
+(dew.bench.analysis.comparison judges one comparison as one trial).
 """
 
 from __future__ import annotations
@@ -203,6 +202,7 @@ class Shift:
     high: float
     p_holm: float | None
     word: str  # faster | slower | same | undecided
+    why: str | None = None  # what a gate made undecided (a busy host, the host's drift)
 
     def line(self, shift_level: float) -> str:
         change = self.ratio - 1
@@ -214,4 +214,5 @@ class Shift:
         }[self.word]  # fmt: skip
         return (f"the whole run is {size} (the median of the rows' ratios, "
                 f"{self.ratio:.3f} [{self.low:.3f}, {self.high:.3f}]): {where} the band and "
-                f"this host's run-to-run shift ({shift_level:.1%}); shift {self.word}")  # fmt: skip
+                f"this host's run-to-run shift ({shift_level:.1%}); shift {self.word}"
+                + (f" ({self.why})" if self.why else ""))  # fmt: skip

@@ -15,10 +15,16 @@ import math
 from typing import Any
 
 from dew.bench.analysis.comparison import Comparison, RowComparison
+from dew.bench.analysis.judge import EXIT_CODES
 from dew.bench.analysis.tables import COLUMN_NAMES, MISSING, describe, num, table
 from dew.bench.record.schema import BenchmarkRun
 
 VERDICTS = ("faster", "slower", "same", "undecided", "failed in this run")
+AGAINST = (
+    "; against the shift: the row's ratio over the whole run's shift (the median of the "
+    "rows' ratios), which its faster/slower judges; `same` needs its whole change shown "
+    "inside the band"
+)
 
 
 def _ratio_text(ratio: float | None) -> str:
@@ -53,22 +59,24 @@ def _repeats_text(row: RowComparison, target: float) -> str:
 def noise_line(cmp: Comparison) -> str | None:
     if cmp.noise is None:
         return None
-    pooled = cmp.noise.pooled
-    line = (
-        f"run level assumed: {pooled.run:.1%} between runs (process level {pooled.process:.1%}, "
-        f"df {pooled.df:g}) from {cmp.noise.source}"
-    )
-    if cmp.noise.rows:
-        shown = ", ".join(f"{label} {n.run:.1%}" for label, n in sorted(cmp.noise.rows.items()))
-        line += f"; rows measured noisier: {shown}"
-    return line
+    n = cmp.noise.pooled
+    return (f"noise assumed: process {n.process:.1%} ({n.process_df:g} df), a row's run level "
+            f"{n.run:.1%} ({n.run_df:g} df), the whole run's shift {n.shift:.1%} "
+            f"({n.shift_df:g} df), from {cmp.noise.source}")  # fmt: skip
+
+
+def shift_line(cmp: Comparison) -> str | None:
+    if cmp.shift is None:
+        return None
+    level = cmp.noise.pooled.shift if cmp.noise else 0.0
+    return cmp.shift.line(level)
 
 
 def comparison(cmp: Comparison, run: BenchmarkRun, ref: BenchmarkRun, fmt: str = "md") -> str:
     """The report ("md" or "text"): stack, rows, notes, verdict."""
     style = "md" if fmt == "md" else "aligned"
     h = "### " if fmt == "md" else ""
-    header_lines = [cmp.host_line, noise_line(cmp)]
+    header_lines = [cmp.host_line, noise_line(cmp), shift_line(cmp)]
     out = [
         f"{'## ' if fmt == 'md' else ''}Comparison (noise band ±{cmp.band:g}%)",
         "",
@@ -90,6 +98,8 @@ def comparison(cmp: Comparison, run: BenchmarkRun, ref: BenchmarkRun, fmt: str =
     target = f"n for {cmp.target:.0%}"
     headers = ["row", f"{timing} run", f"{timing} ref"]
     headers += [f"{COLUMN_NAMES[f]} ratio" for f in cmp.fields]
+    shifted = cmp.shift is not None
+    headers += ["against the shift"] if shifted else []
     headers += ["p (Holm)", "MDE", target]
     compiled = any(r.compiled for r in cmp.rows)  # step rows with fingerprints on both sides
     headers += ["compiled", "verdict"] if compiled else ["verdict"]
@@ -105,6 +115,10 @@ def comparison(cmp: Comparison, run: BenchmarkRun, ref: BenchmarkRun, fmt: str =
             ratios[0] = f"{_ratio_text(ratio)} [{low:.3f}, {high:.3f}]"
         p = MISSING if r.adjusted_p is None else f"{r.adjusted_p:.3g}"
         mde = _percent(r.detect.mde if r.detect else None)
+        if shifted:
+            rel = r.relative
+            ratios.append(MISSING if rel is None else
+                          f"{_ratio_text(rel[0])} [{rel[1]:.3f}, {rel[2]:.3f}]")  # fmt: skip
         body.append([r.label, num(getattr(r.run, cmp.timing), 2), num(b, 2), *ratios, p, mde,
                      _repeats_text(r, cmp.target),
                      *([r.compiled or MISSING] if compiled else []), r.verdict])  # fmt: skip
@@ -112,7 +126,8 @@ def comparison(cmp: Comparison, run: BenchmarkRun, ref: BenchmarkRun, fmt: str =
     out.append(
         f"Ratios are run / reference; with an interval, the {timing} ratio is that of the "
         f"repeats' geometric means and the interval its 95% interval (the repeats and the run "
-        f"level); MDE: the smallest change the row would call with 80% "
+        f"level){AGAINST if shifted else ''}; "
+        f"MDE: the smallest change the row would call with 80% "
         f"power; {target}: repeats a side for an MDE of {cmp.target:.0%}"
         + (
             "; compiled: whether both sides ran the same compiled program (the fingerprints "
@@ -132,35 +147,58 @@ def comparison(cmp: Comparison, run: BenchmarkRun, ref: BenchmarkRun, fmt: str =
 
 
 def summary(cmp: Comparison) -> str:
-    """The verdict's line: the word, the tally, the changed rows, what could not be seen."""
+    """The verdict's line: the outcome, the tally, what changed, and what could not be seen
+    or would decide."""
     counted = cmp.counted
-    tally = {word: sum(r.verdict == word for r in counted) for word in VERDICTS}
+    outcome = cmp.outcome
     if not counted:  # nothing was held against anything: no verdict either way
         return (
-            "NOTHING COMPARED: no row of the run has a comparable reference row "
+            f"{outcome}: nothing compared: no row of the run has a comparable reference row "
             "(another model, preset or device; see the rows' verdicts)"
         )
-    word = "REPRODUCED" if cmp.reproduced else "NOT REPRODUCED"
-    line = f"{word}: {len(counted)} comparable rows: " + ", ".join(
+    tally = {word: sum(r.verdict == word for r in counted) for word in VERDICTS}
+    line = f"{outcome}: {len(counted)} comparable rows: " + ", ".join(
         f"{count} {verdict}" for verdict, count in tally.items() if count
     )
     line += f" (band ±{cmp.band:g}%, alpha {cmp.alpha:g} after Holm-Bonferroni)"
+    if cmp.shift is not None and cmp.shift.word in ("faster", "slower"):
+        line += f"; the whole run {cmp.shift.word} ({(cmp.shift.ratio - 1) * 100:+.1f}%)"
     outside = [r for r in counted if r.changed]
     if outside:
         line += "; " + "; ".join(
             f"{r.label} {r.verdict}"
-            + (f" ({r.change * 100:+.1f}%)" if r.change is not None else "")
+            + (f" ({r.difference.ratio - 1:+.1%})" if r.difference is not None else "")
             for r in outside
         )
+    if outcome == "REPRODUCED":
+        return line + f". Every row shown within ±{cmp.band:g}% (its 90% interval)"
     if cmp.detectable is not None:
-        line += (
-            f". This comparison could not detect a change of less than {cmp.detectable:.0%} "
-            "in every row"
-        )
+        line += (f". This comparison could not detect a change of less than "
+                 f"{cmp.detectable:.0%} in every row")  # fmt: skip
         best = min((r.detect.mde for r in counted if r.detect), default=None)
         if best is not None and best < cmp.detectable:
             line += f" ({best:.0%} in its best row)"
+    if outcome == "INCONCLUSIVE":
+        line += _what_decides(cmp)
     return line
+
+
+def _what_decides(cmp: Comparison) -> str:
+    """What would decide an inconclusive comparison: repeats a side, or interleaved rounds."""
+    tested = [r for r in cmp.counted if r.detect is not None]
+    if not tested:
+        return ""
+    needs = [r.detect.repeats_for(cmp.target) for r in tested]
+    rounds = [r.rounds for r in tested]
+    said = f". To detect {cmp.target:.0%}: "
+    if all(n is not None for n in needs):
+        said += f"{max(needs)} repeats a side"
+    else:
+        floor = max(r.detect.floor for r in tested)
+        said += f"no number of repeats (the runs' levels alone keep it above {floor:.0%})"
+    if all(n is not None for n in rounds):
+        said += f", or {max(rounds)} interleaved rounds (nox -s ab: the run levels cancel)"
+    return said
 
 
 # --- JSON ---------------------------------------------------------------------------------
@@ -177,7 +215,9 @@ def row_json(row: RowComparison, cmp: Comparison) -> dict[str, Any]:
         "label": row.label,
         "run": getattr(row.run, cmp.timing) if row.run else None,
         "reference": getattr(row.reference, cmp.timing) if row.reference else None,
-        "ratio": row.ratios.get(cmp.timing),
+        "ratio": estimate[0] if estimate else row.ratios.get(cmp.timing),
+        "median_ratio": row.ratios.get(cmp.timing),
+        "against_shift": list(row.relative) if row.relative else None,
         "interval": list(estimate[1:]) if estimate else None,
         "repeats": list(diff.repeats) if diff else None,
         "p_holm": row.adjusted_p,
@@ -188,6 +228,7 @@ def row_json(row: RowComparison, cmp: Comparison) -> dict[str, Any]:
         "mde_floor": detect.floor if detect else None,
         "repeats_for_target": detect.repeats_for(cmp.target) if detect else None,
         "run_noise": row.noise.run if row.noise else None,
+        "interleaved_rounds_for_target": row.rounds,
         "one_process": diff.one_draw if diff else None,
         "compiled": row.compiled,
         "ratios": row.ratios,
@@ -206,13 +247,22 @@ def as_json(cmp: Comparison) -> dict[str, Any]:
         "band": cmp.band,
         "alpha": cmp.alpha,
         "target": cmp.target,
+        "outcome": cmp.outcome,
+        "exit": EXIT_CODES[cmp.outcome],
         "reproduced": cmp.reproduced,
         "summary": summary(cmp),
         "detectable": cmp.detectable,
+        "shift": None if cmp.shift is None else {
+            "ratio": cmp.shift.ratio, "interval": [cmp.shift.low, cmp.shift.high],
+            "p_holm": cmp.shift.p_holm, "verdict": cmp.shift.word,
+        },
         "noise": None if noise is None else {
-            "run": noise.run, "process": noise.process, "df": _finite(noise.df),
+            "process": noise.process, "process_df": _finite(noise.process_df),
+            "run": noise.run, "run_df": _finite(noise.run_df),
+            "shift": noise.shift, "shift_df": _finite(noise.shift_df),
             "source": cmp.noise.source,
-            "rows": {label: n.run for label, n in sorted(cmp.noise.rows.items())},
+            "rows": {label: {"process": n.process, "run": n.run}
+                     for label, n in sorted(cmp.noise.rows.items())},
         },
         "host_drift": None if cmp.host is None else {
             "ratio": cmp.host.ratio, "interval": [cmp.host.low, cmp.host.high],

@@ -354,11 +354,11 @@ def stop_done_cases(
 ) -> None:
     """--repeats auto: mark the cases whose rows need no more repeats (analysis.repeats
     .auto_stop against the noise of this device kind), saying why."""
-    from dew.bench.analysis.noise import for_kinds
+    from dew.bench.analysis.noise import auto_noise
     from dew.bench.analysis.repeats import auto_stop
 
-    kind = environment.devices.kind if environment.devices else None
-    model = for_kinds(kind, kind)
+    devices = environment.devices
+    model = auto_noise(devices.kind if devices else None, devices.platform if devices else None)
     for case in cases:
         row = _find(rows, case.key())
         if row is None or case.key() in stopped:
