@@ -257,9 +257,7 @@ def slurm_smoke(session: nox.Session) -> None:
     except slurm.SlurmError as error:
         session.error(str(error))
     output = run_dir / f"slurm-job-{job.id}.out"
-    if output.exists():
-        lines = output.read_text(errors="replace").splitlines(True)
-        print("".join(line for line in lines[-40:] if "[Gloo]" not in line))
+    print(slurm.output_tail(output))
     if code != 0:
         session.error(f"SLURM job {job.id} exited {code}; its output: {output.relative_to(ROOT)}")
     record = slurm.record_path(run_dir, job.id)
