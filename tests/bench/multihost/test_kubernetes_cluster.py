@@ -227,9 +227,12 @@ def test_jax_detects_the_jobset_with_the_roles_grants_only(in_pod, index):
     assert set(cluster.calls) == granted  # what JAX asked is exactly what the Role grants
 
 
-def test_without_the_kubernetes_package_no_cluster_is_detected(in_pod, monkeypatch):
+def test_without_the_kubernetes_package_the_pod_stops_in_one_line(in_pod, monkeypatch):
     in_pod(0, manifests("jax"))
     monkeypatch.setitem(sys.modules, "kubernetes", None)  # an import that fails
+    with pytest.raises(distributed.DistributedSetupError, match="DEW_CLUSTER=kubernetes, but"):
+        distributed.detect()  # dew's manifests say the pod must join: never alone
+    monkeypatch.delenv("DEW_CLUSTER")  # a pod of other manifests runs alone, as before
     assert distributed.detect() is None
 
 
@@ -269,14 +272,14 @@ def test_a_record_made_in_the_pod_validates_and_names_the_pod_and_job(in_pod, tm
 
 @pytest.mark.slow
 def test_the_step_tool_in_the_pod_writes_a_record_naming_it(in_pod, tmp_path):
-    """The step tool itself, run with the pod's variables (on CPU, one process: the child
-    has no `kubernetes` client, so nothing is joined), writes a record that validates and
-    names the pod, its Job, node and JobSet."""
+    """The step tool itself, run with the pod's variables, writes a record that validates
+    and names the pod, its Job, node and JobSet."""
     cluster = in_pod(0, manifests("jax"))
     record = tmp_path / "step.json"
     command = [sys.executable, str(REPO / "tools" / "benchmark_step.py"), "--preset", "cpu-smoke"]
     command += ["--architectures", "simple_dit", "--compile-only", "--idle-check", "off"]
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}  # the manifests' cuda, on this CPU host
+    # On this CPU host, and one process: the child has no client to detect the cluster with.
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "DEW_NUM_PROCESSES": "1"}
     done = subprocess.run(
         [*command, "--json-out", str(record)], env=env, capture_output=True, text=True
     )

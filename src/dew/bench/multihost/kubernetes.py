@@ -66,6 +66,10 @@ POD_FIELDS = {
     "DEW_JOB_NAME": f"metadata.labels['{JOB_LABEL}']",
     "DEW_JOBSET_NAME": f"metadata.labels['{JOBSET_LABEL}']",
 }
+JAX_DETECTION_NEEDS = (
+    "--detection jax: the image must hold the `kubernetes` package (jax[k8s]); dew's "
+    "images do not (each pod would stop in one line): give them --detection env"
+)
 COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 
 
@@ -111,6 +115,8 @@ def _write(argv: list[str]) -> int:
             check_output_file(args.out, flag="--out", overwrite=args.overwrite)
             atomic_write(args.out, text)
             print(f"{PROG}: wrote {args.out}", file=sys.stderr)
+        if args.detection == "jax":
+            print(f"{PROG}: {JAX_DETECTION_NEEDS}", file=sys.stderr)
     except UsageError as error:
         say(PROG, str(error))
         return EXIT_USAGE
@@ -363,7 +369,9 @@ def environment(args: argparse.Namespace) -> list[dict]:
     """The pod's variables: the platform, the watch's timeout, the facts the record names
     the pod by and, with --detection env, the cluster JAX would otherwise detect."""
     values = {"JAX_PLATFORMS": "cuda", "DEW_HEARTBEAT_TIMEOUT_S": str(HEARTBEAT_TIMEOUT_S)}
-    if args.detection == "env":
+    if args.detection == "jax":  # a pod that cannot detect the cluster stops in one line
+        values["DEW_CLUSTER"] = "kubernetes"
+    else:
         coordinator = f"{pod_hostname(args.name, 0)}.{args.name}:{COORDINATOR_PORT}"
         values |= {"JAX_COORDINATOR_ADDRESS": coordinator, "JAX_NUM_PROCESSES": str(args.hosts)}
     env = [{"name": name, "value": value} for name, value in values.items()]
