@@ -75,6 +75,8 @@ COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-ind
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # argparse's own: a usage block, then exit 2
+        if message.startswith("unrecognized arguments"):
+            message += " (tools/benchmark_step.py flags go after a second --)"
         raise UsageError(message)
 
 
@@ -84,12 +86,15 @@ def parser() -> argparse.ArgumentParser:
     parse.add_argument("--devices-per-host", type=int, required=True, help="GPUs per pod")
     parse.add_argument("--image", required=True, help="the bench-gpu image, REF@sha256:DIGEST")
     parse.add_argument("--name", default="dew-step", help="the JobSet, Service and account")
-    parse.add_argument("--namespace", default="default")
+    parse.add_argument("--namespace", default="default", help="where every object goes")
     parse.add_argument("--results-claim", default="dew-results", help="a ReadWriteMany PVC")
     parse.add_argument(
         "--case-timeout", type=float, help="seconds per case (default: the tool's deadlines)"
     )
-    parse.add_argument("--detection", choices=("jax", "env"), default="jax")
+    parse.add_argument(
+        "--detection", choices=("jax", "env"), default="jax",
+        help="jax: JAX's Kubernetes detection (the image needs jax[k8s]); env: JAX_* variables",
+    )  # fmt: skip
     parse.add_argument("--out", type=Path, help="write here (default: stdout)")
     parse.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     parse.add_argument("tool_args", nargs="*", help="after --: tools/benchmark_step.py flags")
