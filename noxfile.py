@@ -43,8 +43,8 @@ def load(name: str, path: pathlib.Path):
     return sys.modules[name]
 
 
-# docker/ as the package dew_docker; its modules and this file use dew's standard-library
-# modules (dew.bench.common, dew.bench.record.stack) from src/.
+# docker/ as the package dew_docker; it and this file use dew's standard-library modules
+# (dew.bench.common, record.stack, multihost.kubernetes) from src/.
 sys.path.insert(0, str(ROOT / "src"))
 load("dew_docker", ROOT / "docker")
 from dew_docker import base as bases  # noqa: E402
@@ -60,6 +60,7 @@ from dew_docker.outside import site_env, site_mounts  # noqa: E402
 from dew_docker.runner import Runner, new_run_dir  # noqa: E402
 
 from dew.bench.common.files import atomic_write  # noqa: E402  (dew's one atomic writer)
+from dew.bench.multihost import kubernetes as k8s  # noqa: E402
 
 # What each lock installs. cpu, cuda12 and cuda13 are the measured stacks (the images):
 # what a measurement imports, nothing more. dev is the host's: the same runtime plus the
@@ -257,9 +258,7 @@ def slurm_smoke(session: nox.Session) -> None:
     except slurm.SlurmError as error:
         session.error(str(error))
     output = run_dir / f"slurm-job-{job.id}.out"
-    if output.exists():
-        lines = output.read_text(errors="replace").splitlines(True)
-        print("".join(line for line in lines[-40:] if "[Gloo]" not in line))
+    print(slurm.output_tail(output))
     if code != 0:
         session.error(f"SLURM job {job.id} exited {code}; its output: {output.relative_to(ROOT)}")
     record = slurm.record_path(run_dir, job.id)
@@ -269,6 +268,12 @@ def slurm_smoke(session: nox.Session) -> None:
         session.error(problem)
     wall = (datetime.datetime.now(datetime.UTC) - started).total_seconds()
     session.log(f"record: {record.relative_to(ROOT)} (2 processes, job {job.id}), {wall:.0f} s")
+
+
+@nox.session(name="k8s-manifests", python=False)
+def k8s_manifests(session: nox.Session) -> None:
+    """A multi-host run as Kubernetes manifests, no venv: dew.bench.multihost.kubernetes."""
+    k8s.main(session.posargs, exit_on_error=True)  # bad input: one line, exit 2 (nox's is 1)
 
 
 @nox.session(name="bench-gpu", python=PYTHON)

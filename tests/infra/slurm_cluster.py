@@ -396,6 +396,15 @@ def scheduler(log: Callable[[str], None] = print, throwaway: bool = False) -> It
                     log("SLURM: throwaway cluster stopped")
 
 
+def output_tail(path: Path, lines: int = 40) -> str:
+    """The last lines srun wrote to a job's output, less gloo's connection chatter ("" when
+    the job wrote none)."""
+    if not path.exists():
+        return ""
+    tail = path.read_text(errors="replace").splitlines(True)[-lines:]
+    return "".join(line for line in tail if "[Gloo]" not in line)
+
+
 def record_path(results: Path, job_id: str) -> Path:
     """Where the cpu recipe writes its record (the name carries the scheduler's job id)."""
     return results / f"step-slurm-job-{job_id}.json"

@@ -111,6 +111,8 @@ def test_slurm_step_of_several_tasks_is_left_to_jax_detection():
             "needs a port",
         ),
         ({"DEW_HEARTBEAT_TIMEOUT_S": "0"}, "DEW_HEARTBEAT_TIMEOUT_S='0'"),
+        # dew's manifests expect JAX's Kubernetes detection: outside a pod it cannot work
+        ({"DEW_CLUSTER": "kubernetes"}, "DEW_CLUSTER=kubernetes, but"),
     ],
 )
 def test_contradicting_settings_name_the_variable(environ, message):

@@ -9,7 +9,9 @@ Where the coordinator, the process count and this process's id come from, first 
   JAX_PROCESS_ID (a Kubernetes indexed Job sets these from the completion index);
 - a SLURM step with more than one task (SLURM_NTASKS > 1): JAX's SLURM detection reads the
   node list, task count and task id itself;
-- a Kubernetes pod where JAX's own detection works (the `kubernetes` package is installed).
+- a Kubernetes pod where JAX's own detection works (the `kubernetes` package is installed);
+  DEW_CLUSTER=kubernetes (dew.bench.multihost.kubernetes sets it) makes a pod where it
+  cannot a one-line error rather than a process alone.
 
 On CPU the cross-process collectives need gloo, which must be chosen before the backend
 starts. A dead peer must not hang the others: the runtime's heartbeat timeout
@@ -114,6 +116,14 @@ def detect(environ: Mapping[str, str] | None = None) -> Cluster | None:
         return Cluster("slurm", **timeouts)
     if environ.get("KUBERNETES_SERVICE_HOST") and _has_kubernetes_client():
         return Cluster("kubernetes", **timeouts)
+    if environ.get("DEW_CLUSTER", "").strip() == "kubernetes":
+        # dew's manifests (--detection jax) say the pod must join: never run it alone
+        raise DistributedSetupError(
+            "DEW_CLUSTER=kubernetes, but JAX's Kubernetes detection needs a pod "
+            "(KUBERNETES_SERVICE_HOST) and the `kubernetes` package (jax[k8s]), which dew's "
+            "images lack: install it in the image, or generate the manifests with "
+            "--detection env"
+        )
     return None
 
 

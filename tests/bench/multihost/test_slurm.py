@@ -121,6 +121,14 @@ def test_check_record_wants_every_process_the_job_id_and_ok_rows(tmp_path):
     assert "simple_dit failed" in slurm.check_record(_record(tmp_path, status="failed"), 2, "77")
 
 
+def test_the_output_tail_leaves_gloo_out(tmp_path):
+    output = tmp_path / "slurm-job-7.out"
+    assert slurm.output_tail(output) == ""  # a job that wrote nothing
+    lines = [f"0: line {n}\n" for n in range(50)] + ["1: [Gloo] Rank 1 is connected\n"]
+    output.write_text("".join(lines))
+    assert slurm.output_tail(output) == "".join(lines[-40:-1])
+
+
 # --- a throwaway cluster ------------------------------------------------------------------
 
 

@@ -99,3 +99,34 @@ def test_container_is_null_outside_dews_image_and_named_inside():
     container = environment.capture(environ=inside).container
     assert container is not None
     assert (container.variant, container.image_id) == ("cpu", "sha256:abc")
+
+
+def test_scheduler_names_the_slurm_job_or_the_kubernetes_pod():
+    assert environment.capture(environ={"HOSTNAME": "laptop"}).scheduler is None
+    slurm = {"SLURM_JOB_ID": "41", "SLURM_STEP_ID": "0", "SLURM_STEP_NODELIST": "n[1-2]"}
+    job = environment.capture(environ=slurm).scheduler
+    assert (job.name, job.job_id, job.nodelist) == ("slurm", "41", "n[1-2]")
+    # A pod from manifests other than dew's: Kubernetes' own variables only.
+    bare = {
+        "KUBERNETES_SERVICE_HOST": "10.96.0.1",
+        "HOSTNAME": "bench-0",
+        "JOB_COMPLETION_INDEX": "3",
+    }
+    pod = environment.capture(environ=bare).scheduler
+    assert (pod.name, pod.pod, pod.completion_index, pod.job, pod.node) == (
+        "kubernetes", "bench-0", 3, None, None
+    )  # fmt: skip
+    # dew's manifests pass the pod's own name, its Job, node and JobSet down.
+    named = bare | {
+        "DEW_POD_NAME": "dew-step-workers-0-0-x7k0q",
+        "DEW_JOB_NAME": "dew-step-workers-0",
+        "DEW_NODE_NAME": "gpu-node-a",
+        "DEW_JOBSET_NAME": "dew-step",
+        "DEW_POD_NAMESPACE": "ml",
+    }
+    pod = environment.capture(environ=named).scheduler
+    assert (pod.pod, pod.job, pod.node, pod.jobset, pod.namespace) == (
+        "dew-step-workers-0-0-x7k0q", "dew-step-workers-0", "gpu-node-a", "dew-step", "ml"
+    )  # fmt: skip
+    # SLURM inside a pod (a SLURM cluster on Kubernetes): the job names the run.
+    assert environment.capture(environ=named | slurm).scheduler.name == "slurm"

@@ -36,8 +36,10 @@ from dew.bench.record.schema import (
     Environment,
     GpuInfo,
     Host,
+    KubernetesPod,
     ProcessInfo,
     Scheduler,
+    SlurmJob,
     is_recordable_env_flag,
 )
 from dew.bench.record.stack import CUDA_PREFIXES
@@ -139,14 +141,41 @@ def capture(
 
 
 def _scheduler(environ: Mapping[str, str]) -> Scheduler | None:
-    """The SLURM job this process runs in (its id names the run in the scheduler's logs)."""
-    if not environ.get("SLURM_JOB_ID"):
+    """The SLURM job or Kubernetes pod this process runs in: what names the run in the
+    scheduler's logs (a job id; a pod, its Job and JobSet)."""
+    if environ.get("SLURM_JOB_ID"):
+        return SlurmJob(
+            name="slurm",
+            job_id=environ["SLURM_JOB_ID"],
+            step_id=environ.get("SLURM_STEP_ID"),
+            nodelist=environ.get("SLURM_STEP_NODELIST") or environ.get("SLURM_JOB_NODELIST"),
+        )
+    if environ.get("KUBERNETES_SERVICE_HOST"):  # set in every container of every pod
+        return _kubernetes_pod(environ)
+    return None
+
+
+# What dew's manifests pass down through the downward API (dew.bench.multihost.kubernetes);
+# Kubernetes itself sets only HOSTNAME and, in an indexed Job, JOB_COMPLETION_INDEX.
+POD_VARIABLES = {
+    "pod": "DEW_POD_NAME",
+    "namespace": "DEW_POD_NAMESPACE",
+    "job": "DEW_JOB_NAME",
+    "node": "DEW_NODE_NAME",
+    "jobset": "DEW_JOBSET_NAME",
+}
+
+
+def _kubernetes_pod(environ: Mapping[str, str]) -> KubernetesPod | None:
+    facts = {field: environ.get(name) or None for field, name in POD_VARIABLES.items()}
+    # A pod from other manifests: its hostname is the pod's name (an indexed Job's pod
+    # with a subdomain: <job>-<index>, which still names it in the Job).
+    facts["pod"] = facts["pod"] or environ.get("HOSTNAME") or None
+    if facts["pod"] is None:
         return None
-    return Scheduler(
-        name="slurm",
-        job_id=environ["SLURM_JOB_ID"],
-        step_id=environ.get("SLURM_STEP_ID"),
-        nodelist=environ.get("SLURM_STEP_NODELIST") or environ.get("SLURM_JOB_NODELIST"),
+    index = environ.get("JOB_COMPLETION_INDEX", "").strip()
+    return KubernetesPod(
+        name="kubernetes", completion_index=int(index) if index.isdigit() else None, **facts
     )
 
 

@@ -6,7 +6,8 @@ Public names (other modules build records with these):
                      environment, idle_check, rows
     Settings         what ran (preset, cases, steps, warmup, dtype, mesh, loader settings)
     Environment      where and on what it ran (Host, Devices, Container, Code, packages,
-                     env_flags, jax_config, processes, gpus: GpuInfo per NVIDIA card)
+                     env_flags, jax_config, processes, gpus: GpuInfo per NVIDIA card,
+                     scheduler: a SlurmJob or a KubernetesPod)
     IdleCheck        the idle-host readings taken before measuring (ProcessReading, GpuReading)
     StepRow          one step-benchmark row, fields named after the table's columns
                      (gpu: GpuTelemetry, a GpuWindow per card)
@@ -52,9 +53,11 @@ from dew.bench.record.schema.environment import (
     GpuReading,
     Host,
     IdleCheck,
+    KubernetesPod,
     ProcessInfo,
     ProcessReading,
     Scheduler,
+    SlurmJob,
 )
 from dew.bench.record.schema.rows import (
     PHASES,
@@ -75,9 +78,9 @@ __all__ = [
     "ENV_FLAG_PREFIXES", "EXCLUDED_FLAG_PREFIXES", "SCHEMA_VERSION", "SECRET_NAME_PATTERN",
     "BenchmarkRun", "Code", "Container", "DataRepeat", "DataRow", "Devices", "Environment",
     "Fingerprint", "GpuInfo", "GpuReading", "GpuTelemetry", "GpuWindow", "Host", "IdleCheck",
-    "Interval",
-    "JsonScalar", "NonNegFloat", "NonNegInt", "PHASES", "Phase", "ProcessInfo", "ProcessReading",
-    "Record", "Row", "Scheduler", "Settings", "StepRepeat", "StepRow", "dump_run", "export",
+    "Interval", "JsonScalar", "KubernetesPod", "NonNegFloat", "NonNegInt", "PHASES", "Phase",
+    "ProcessInfo", "ProcessReading", "Record", "Row", "Scheduler", "Settings", "SlurmJob",
+    "StepRepeat", "StepRow", "dump_run", "export",
     "is_recordable_env_flag", "json_schemas", "read_run", "write_run",
 ]  # fmt: skip
 

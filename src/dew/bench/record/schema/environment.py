@@ -3,7 +3,7 @@ scheduler) and the idle-host readings taken before measuring."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import pydantic
 from pydantic import Field
@@ -105,13 +105,40 @@ class ProcessInfo(Record):
     local_device_count: NonNegInt | None = None
 
 
-class Scheduler(Record):
-    """The batch scheduler a multi-process run was started by."""
+class SlurmJob(Record):
+    """The SLURM job a multi-process run was started in."""
 
     name: Literal["slurm"]
     job_id: str
     step_id: str | None = None
     nodelist: str | None = None
+
+
+class KubernetesPod(Record):
+    """The Kubernetes pod process 0 ran in: one pod of an indexed Job, the Job one of a
+    JobSet's (the manifests of dew.bench.multihost.kubernetes pass these down through the
+    downward API). Enough to find the run again with kubectl, as a SLURM job id is."""
+
+    name: Literal["kubernetes"]
+    pod: str = Field(description="the pod's name (metadata.name), as `kubectl logs` takes it")
+    namespace: str | None = Field(default=None, description="the pod's namespace")
+    job: str | None = Field(
+        default=None, description="the Job the pod belongs to (its `job-name` label)"
+    )
+    completion_index: NonNegInt | None = Field(
+        default=None,
+        description="the pod's index in its indexed Job (JOB_COMPLETION_INDEX): with JAX's "
+        "detection, the process id",
+    )
+    node: str | None = Field(default=None, description="the node the pod ran on (spec.nodeName)")
+    jobset: str | None = Field(
+        default=None,
+        description="the JobSet the Job belongs to (its `jobset.sigs.k8s.io/jobset-name` label)",
+    )
+
+
+# Which scheduler started the run, told apart by `name`.
+Scheduler = Annotated[SlurmJob | KubernetesPod, Field(discriminator="name")]
 
 
 class GpuInfo(Record):
@@ -196,7 +223,10 @@ class Environment(Record):
         description="JAX config values that change numerics or memory"
     )
     processes: list[ProcessInfo] | None = None
-    scheduler: Scheduler | None = None
+    scheduler: Scheduler | None = Field(
+        default=None,
+        description="the SLURM job or Kubernetes pod the run was started in; null: neither",
+    )
     gpus: list[GpuInfo] | None = Field(default=None, description="NVIDIA cards (NVML)")
     locked_clocks: LockedClocks | None = Field(
         default=None,
