@@ -182,7 +182,13 @@ def _validate(argv: list[str]) -> int:
                 print(f"{path}: {line}", file=sys.stderr)
         else:
             failed = sum(row.status == "failed" for row in run.rows)
-            print(f"{path}: ok ({run.kind} run, {len(run.rows)} rows, {failed} failed)")
+            # a row kept with a NaN or inf loss (--loss-may-diverge) is no plain ok row either
+            diverged = sum(
+                row.status == "ok" and getattr(row, "loss_finite", None) is False
+                for row in run.rows
+            )
+            kept = f", {diverged} ok with a loss that is not finite" if diverged else ""
+            print(f"{path}: ok ({run.kind} run, {len(run.rows)} rows, {failed} failed{kept})")
     if len(args.files) > 1 and (invalid or unreadable):
         print(
             f"{invalid + unreadable} of {len(args.files)} files invalid"
