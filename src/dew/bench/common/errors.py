@@ -34,10 +34,12 @@ class UsageError(ValueError):
     """Bad input (a flag, a value, a path, a file): one line on stderr, exit 2."""
 
 
-def one_line(error: BaseException, *, flags: bool = False) -> str:
+def one_line(error: BaseException, *, flags: bool = False, typed: bool = False) -> str:
     """An error as one line: a pydantic error's first problem with where it is, else the
-    type and first line of the message (XLA's run to pages). With `flags`, a pydantic
-    location is spelled as the flag a user typed (`--data.image-size`)."""
+    type and first line of the message (XLA's run to pages). dew's own UsageError and an
+    OS error say what and where without their type, unless `typed`: an error a user's
+    code raised keeps its type, whatever it is (`FileNotFoundError: ...`). With `flags`,
+    a pydantic location is spelled as the flag a user typed (`--data.image-size`)."""
     import pydantic  # in every dew environment; imported here to keep the top stdlib-only
 
     if isinstance(error, pydantic.ValidationError) and error.errors():
@@ -50,7 +52,7 @@ def one_line(error: BaseException, *, flags: bool = False) -> str:
             text = f"invalid {error.title}{'.' + where if where else ''}: {message}"
         if "input" in first and first["type"] not in ("missing", "extra_forbidden"):
             text += f" (got {first['input']!r})"
-    elif isinstance(error, UsageError | OSError | UnicodeDecodeError):
+    elif isinstance(error, UsageError | OSError | UnicodeDecodeError) and not typed:
         text = first_line(str(error)) or type(error).__name__
     else:
         message = first_line(str(error))
