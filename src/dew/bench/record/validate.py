@@ -130,7 +130,11 @@ def check_file(path: Path, role: str = "") -> tuple[BenchmarkRun | None, list[st
 
     Raises UsageError (one line, naming the file) when the file is no JSON object at all:
     that is bad input, not an invalid record."""
-    text = read_json_object(path, role)
+    return check_text(read_json_object(path, role))
+
+
+def check_text(text: str) -> tuple[BenchmarkRun | None, list[str]]:
+    """check_file's verdict on a JSON object's text already read."""
     try:
         record = BenchmarkRun.model_validate_json(text)
     except pydantic.ValidationError as e:
