@@ -28,6 +28,7 @@ from dew.flags import flag
 EXIT_OK, EXIT_CHANGED, EXIT_USAGE = 0, 1, 2
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 MAX_LINE = 400  # an XLA or pydantic message runs to pages; a line is enough to act on
+# (dew's own UsageError lines are not cut: their paths may be long, their ends say what to do)
 
 
 class UsageError(ValueError):
@@ -54,6 +55,10 @@ def one_line(error: BaseException, *, flags: bool = False, typed: bool = False) 
             text += f" (got {first['input']!r})"
     elif isinstance(error, UsageError | OSError | UnicodeDecodeError) and not typed:
         text = first_line(str(error)) or type(error).__name__
+        if isinstance(error, UsageError):
+            # dew's own line, read whole: its paths (under a long TMPDIR) must not cut off
+            # what to do; a foreign message inside it went through one_line already
+            return text
     else:
         message = first_line(str(error))
         text = f"{type(error).__name__}: {message}" if message else type(error).__name__
