@@ -54,8 +54,7 @@ def make_folder(bases: tuple[str, ...] | None = None) -> str:
             tried.append(f"{base} ({error.strerror or type(error).__name__})")
     raise NoSocketFolder(  # what to do first: the bases tried are long and may be cut
         f"no folder for the case processes' socket (a socket path holds at most "
-        f"{SUN_PATH_MAX} bytes): set TMPDIR to a short writable folder; tried "
-        + "; ".join(tried)
+        f"{SUN_PATH_MAX} bytes): set TMPDIR to a short writable folder; tried " + "; ".join(tried)
     )
 
 
