@@ -52,7 +52,7 @@ def make_folder(bases: tuple[str, ...] | None = None) -> str:
             return tempfile.mkdtemp(prefix=FOLDER_PREFIX, dir=base)
         except OSError as error:
             tried.append(f"{base} ({error.strerror or type(error).__name__})")
-    raise NoSocketFolder(  # what to do first: the bases tried are long and may be cut
+    raise NoSocketFolder(  # what to do first, then the bases tried (long paths, some)
         f"no folder for the case processes' socket (a socket path holds at most "
         f"{SUN_PATH_MAX} bytes): set TMPDIR to a short writable folder; tried " + "; ".join(tried)
     )
