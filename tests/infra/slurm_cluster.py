@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[2]  # tests/infra/ -> the repository
 # The cpu-smoke recipe: 2 tasks x 4 simulated CPU devices, JAX's SLURM detection.
 CPU_RECIPE = ROOT / "docs" / "multihost" / "slurm-cpu.sbatch"
 PACKAGES = ("slurm-wlm", "munge")
+SHORT_BASE_BYTES = 60  # + "/dew-slurm-XXXXXXXX/munge/munge.socket" (38) stays under 107
 PROGRAMS = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "sinfo", "squeue", "scancel")
 PROGRAMS += ("scontrol",)
 UP_TIMEOUT_S = 60  # from the daemons' start to an idle node; seconds here
@@ -239,12 +240,23 @@ def _first_line_within(process: subprocess.Popen, timeout_s: float) -> str:
     return lines[0].strip() if lines else ""
 
 
+def short_directory(prefix: str) -> Path:
+    """A new private directory (0700) whose AF_UNIX paths fit whatever TMPDIR is: munged's
+    socket lies in it, `munge/munge.socket`, and a socket path holds 107 bytes at most.
+    Under TMPDIR while it is short, else under /tmp (dew.bench.runtime.sockets does the
+    same for a run's sockets; this module imports no dew: the module docstring says why)."""
+    base = tempfile.gettempdir()
+    if len(os.fsencode(base)) > SHORT_BASE_BYTES:
+        base = "/tmp"
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=base))
+
+
 class LocalCluster:
     """munged, slurmctld and slurmd for this host alone, under a temporary directory."""
 
     def __init__(self, log: Callable[[str], None] = print):
         self.log = log
-        self.directory = Path(tempfile.mkdtemp(prefix="dew-slurm-"))
+        self.directory = short_directory("dew-slurm-")
         self.conf = self.directory / "slurm.conf"
         self.daemons: dict[str, subprocess.Popen] = {}
         self.scheduler = Scheduler({**os.environ, "SLURM_CONF": str(self.conf)})

@@ -164,3 +164,13 @@ def test_a_failed_write_is_one_line_and_exit_1(capsys):
         "tool: error: cannot write results/run.json: [Errno 28] No space left on device; "
         "the record keeps the rows before\n"
     )
+
+
+def test_dews_own_line_is_never_cut_and_a_foreign_one_is():
+    from dew.bench.common.errors import MAX_LINE, UsageError, one_line
+
+    path = "/scratch/" + "s" * 400 + "/run.json"  # a long TMPDIR's
+    own = one_line(UsageError(f"--json-out {path} is being written by another run; wait"))
+    assert own.endswith("; wait") and len(own) > MAX_LINE
+    foreign = one_line(RuntimeError("x" * 1000))
+    assert len(foreign) == MAX_LINE and foreign.endswith("...")

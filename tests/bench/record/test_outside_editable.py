@@ -1,5 +1,6 @@
 """An architecture's package installed editable (`pip install -e`, PEP 660) from a git
-checkout: the record names the checkout's commit, and a dirty tree as dirty."""
+checkout: the record names the checkout's commit, and a dirty tree as dirty; a version
+bumped in the checkout and not installed again is refused in one line (a stale install)."""
 
 import json
 import subprocess
@@ -52,8 +53,26 @@ def test_an_editable_install_names_its_checkouts_commit_and_dirty_tree(tmp_path)
         (code,) = json.loads(out.stdout)
         return code
 
+    def refused() -> str:
+        out = subprocess.run([python, "-c", DESCRIBE], capture_output=True, text=True)
+        assert out.returncode != 0
+        return out.stderr.strip().splitlines()[-1]
+
     code = described()
     assert (code["distribution"], code["version"]) == ("edit-pkg", "0.3.0")
     assert (code["commit"], code["dirty"]) == (commit, False)
     (tree / "edit_pkg" / "models.py").write_text("WIDTH = 16\n")  # an edit not committed
     assert (described()["commit"], described()["dirty"]) == (commit, True)
+    # The checkout moves on to 0.4.0 and is not installed again: its metadata still says
+    # 0.3.0, which a record would name beside the new commit. Refused, naming both.
+    pyproject = tree / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace('"0.3.0"', '"0.4.0"'))
+    line = refused()
+    assert line.startswith(
+        "dew.bench.record.outside.StaleInstall: package edit-pkg: installed as 0.3.0, but its "
+        "checkout declares 0.4.0"
+    )
+    assert line.endswith(f"install it again: python -m pip install -e {tree}")
+    done = subprocess.run([*install, "--no-index", "-e", str(tree)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert described()["version"] == "0.4.0"  # installed again: described, not refused

@@ -294,3 +294,78 @@ def test_one_slow_latest_run_is_no_change_point_but_is_said(tmp_path, capsys):
     out = tmp_path / "site"
     assert build.main([str(tmp_path), "--out", str(out)]) == 0
     assert "run again to confirm a change" in (out / "index.html").read_text()
+
+
+# --- what the site reads, and what it shows beside a row (issue 42) ---------------------------
+
+RUN_DIR = ROOT / "results" / "runs" / "20261203T172659Z-reproduce-cpu-smoke-cpu-975fa3b"
+PLAN = ROOT / "results" / "runs" / "20261203T153612Z-ab-cpu-smoke-cpu-d7c7594" / "ab-plan.json"
+
+
+def test_dews_other_json_is_listed_by_kind_and_only_a_broken_record_is_skipped(records, capsys):
+    others = records / "runs" / "others"
+    others.mkdir()
+    (others / "noise.json").write_bytes((ROOT / "results" / "noise.json").read_bytes())
+    (others / "ab-plan.json").write_bytes(PLAN.read_bytes())
+    (others / "compare.json").write_bytes((RUN_DIR / "compare.json").read_bytes())
+    # named like a record, but a comparison's content: its content decides, not its name
+    (others / "step.json").write_bytes((RUN_DIR / "compare.json").read_bytes())
+    (others / "notes.json").write_text('{"hello": "not dew\'s"}')  # ignored quietly
+    (others / "broken.json").write_text('{"schema_version": 2, "kind": "step"}')
+    out = records.parent / "site"
+    assert build.main([str(records), "--out", str(out)]) == 0
+    printed = capsys.readouterr()
+    (line,) = printed.err.strip().splitlines()  # the broken record alone
+    assert line.startswith("python -m dew.bench.site: skipped: ") and "broken.json" in line
+    assert "1 file skipped, 4 other JSON files listed" in printed.out
+    index = (out / "index.html").read_text()
+    lead = index[index.index('<p class="lead">') : index.index("</p>")]
+    assert f"run level ({others / 'noise.json'})" in lead
+    assert f"A/B plan ({others / 'ab-plan.json'})" in lead
+    assert f"comparison ({others / 'compare.json'}, {others / 'step.json'})" in lead
+    assert "notes.json" not in index
+    assert lead.count('class="warn"') == 1  # red: the broken record only
+
+
+def _latest(index: str) -> dict[tuple[str, str], tuple[str, str]]:
+    """The front page's latest table: (architecture, device) -> (interval, published) of
+    its first row (the newest stack's)."""
+    import re
+
+    table = index[index.index('id="latest"') :]
+    table = table[: table.index("</table>")]
+    found = {}
+    for label, body in re.findall(r'<tr data-architecture="([^"]+)">(.*?)</tr>', table, re.S):
+        cells = [
+            re.sub(r"<[^>]+>", "", cell) for cell in re.findall(r"<td[^>]*>(.*?)</td>", body, re.S)
+        ]
+        found.setdefault((label, cells[1]), (cells[7], cells[12]))
+    return found
+
+
+def test_published_only_beside_the_same_device_kind_preset_and_batch(records, capsys):
+    # A published cpu-smoke record of simple_dit, batch 8, on the CPU: beside the CPU rows
+    # of simple_dit; the RTX 4080 small-preset record (batch 16) beside none of them.
+    write_run(records / "published" / "cpu.json", make_run(0, {"simple_dit": 18.25}))
+    out = records.parent / "site"
+    assert build.main([str(records), "--out", str(out)]) == 0
+    capsys.readouterr()
+    latest = _latest((out / "index.html").read_text())
+    assert latest["simple_dit", "cpu ×8"][1].startswith("18.25 ms, batch 8, cpu ×8")
+    assert latest["uvit", "cpu ×8"][1] == "no published row"
+    assert latest["simple_dit", "RTX 4080 ×1"][1].startswith("7.90 ms, batch 16, RTX 4080")
+
+
+def test_no_interval_from_one_repeat(records, capsys):
+    # make_run's rows carry an interval and no repeats (as records made before schema 2's
+    # rule kept one from a single process's steps); two repeats show theirs.
+    last = read_run(records / "runs" / "run-5" / "step.json").model_dump(mode="json")
+    first = last["rows"][0]
+    first["repeats"] = [{"ms_per_step": first["ms_per_step"], "synced_ms": [1.0]}] * 2
+    write_run(records / "runs" / "run-6" / "step.json", BenchmarkRun.model_validate(last))
+    out = records.parent / "site"
+    assert build.main([str(records), "--out", str(out)]) == 0
+    capsys.readouterr()
+    latest = _latest((out / "index.html").read_text())
+    assert latest["simple_dit", "cpu ×8"][0].endswith("(2)")
+    assert latest["uvit", "cpu ×8"][0] == "—"

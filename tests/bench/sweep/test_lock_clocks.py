@@ -181,7 +181,9 @@ def test_resume_under_another_lock_is_refused(tmp_path):
     locked = read_run(path).environment
     unlocked = read_run(PUBLISHED).environment
     locked_clocks.check_resume(locked, locked, str(path))  # the same lock: goes on
-    with pytest.raises(UsageError, match="with --lock-clocks max, this run has --lock-clocks off"):
+    with pytest.raises(
+        UsageError, match="^--resume: --lock-clocks differs: max in the record, off in this run"
+    ):
         locked_clocks.check_resume(locked, unlocked, str(path))
 
 
@@ -209,7 +211,9 @@ def test_resume_of_an_unlocked_record_under_a_lock_is_refused(tmp_path):
     step.run(OPTIONS, [FAILING], json_out=str(path), log=lambda _: None)
     before = path.read_bytes()
     with held(FakeNvml(), json_out=str(path))[0] as lock:
-        with pytest.raises(UsageError, match="--lock-clocks off, this run has --lock-clocks max"):
+        with pytest.raises(
+            UsageError, match="^--resume: --lock-clocks differs: off in the record, max in this run"
+        ):
             step.run(OPTIONS, [FAILING], json_out=str(path), resume=True, locked_clocks=lock)
     assert path.read_bytes() == before
 
@@ -225,7 +229,7 @@ def test_a_resume_refused_before_its_first_write_leaves_the_earlier_lock_as_it_w
     write_run(path, killed.model_copy(update={"environment": environment}))
     before = path.read_bytes()
     steps = Options(**{**OPTIONS.__dict__, "steps": 3})
-    with pytest.raises(UsageError, match="steps=1"):
+    with pytest.raises(UsageError, match="steps differs: 1 in the record, 3 in this run"):
         with held(FakeNvml(), json_out=str(path))[0] as lock:
             step.run(steps, [FAILING], json_out=str(path), resume=True, locked_clocks=lock)
     assert path.read_bytes() == before  # the earlier run's lock is not this run's to restore

@@ -97,6 +97,10 @@ def raises(batch=8):
     raise RuntimeError("no data here")
 
 
+def no_file(batch=8):
+    raise FileNotFoundError("/data/regression.npz: no such file")
+
+
 def two(batch=8):
     return make_step(batch)[:2]
 
@@ -139,6 +143,7 @@ REFUSED = {
     "mlp_step:missing": "module mlp_step has no missing",
     "bad:NOT_A_FACTORY": "NOT_A_FACTORY is an int, not a factory returning (step, state, batch)",
     "bad:raises": "raises(batch=8) raised RuntimeError: no data here",
+    "bad:no_file": "no_file(batch=8) raised FileNotFoundError: /data/regression.npz: no such",
     "bad:two": "two(batch=8) returned a tuple of 2; it must return (step, state, batch) or",
     "bad:a_list": "a_list(batch=8) returned a list of 3; it must return",
     "bad:not_jitted": "its step is not jax.jit-wrapped",

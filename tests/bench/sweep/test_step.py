@@ -176,10 +176,22 @@ def test_resume_keeps_the_rows_this_run_does_not_select(tmp_path):
 @pytest.mark.parametrize(
     ("then", "now", "named"),
     [
-        ({"dtype": "bfloat16"}, {"dtype": "float32"}, "dtype='bfloat16'"),
-        ({"compile_only": True}, {"compile_only": False}, "compile_only=True"),
-        ({"steps": 1}, {"steps": 3}, "steps=1"),
-        ({"xla_flags": None}, {"xla_flags": "--xla_cpu_use_thunk_runtime=true"}, "xla_flags"),
+        (
+            {"dtype": "bfloat16"},
+            {"dtype": "float32"},
+            "dtype differs: 'bfloat16' in the record, 'float32' in this run",
+        ),
+        (
+            {"compile_only": True},
+            {"compile_only": False},
+            "compile_only differs: True in the record, False in this run",
+        ),
+        ({"steps": 1}, {"steps": 3}, "steps differs: 1 in the record, 3 in this run"),
+        (
+            {"xla_flags": None},
+            {"xla_flags": "--xla_cpu_use_thunk_runtime=true"},
+            "xla_flags differs: None in",
+        ),
     ],
 )
 def test_resume_refuses_a_record_measured_with_other_settings(tmp_path, then, now, named):
@@ -203,7 +215,10 @@ def test_resume_refuses_a_record_from_another_commit(tmp_path):
     earlier["environment"]["code"] = {"commit": "0" * 40, "dirty": False, "source": "git"}
     write_run(out, earlier)
     before = out.read_bytes()
-    with pytest.raises(UsageError, match="another commit"):
+    with pytest.raises(
+        UsageError,
+        match=r"^--resume: the stack differs \(the record's -> this run's\): commit: 0{40} -> ",
+    ):
         step.run(_options(isolate=False), [case], json_out=str(out), resume=True)
     assert out.read_bytes() == before
 

@@ -89,8 +89,17 @@ def summarize_step(
         *([compiled] if compiled else []),
         *busy_warnings(repeats),
         *failed,
+        *loss_warnings(row),
     ]
     return StepRow.model_validate({**row.model_dump(), **update})
+
+
+def loss_warnings(row: StepRow) -> list[str]:
+    """A row kept with a loss that is not finite (its run said the step may diverge: a
+    row's failure otherwise, dew.bench.sweep.divergence); its note says at which step."""
+    if row.loss_finite is not False:
+        return []
+    return ["the loss is not finite: the step is known to diverge (--loss-may-diverge)"]
 
 
 def auto_stop(row: StepRow, noise: stats.Noise, *, tests: int, target: float) -> str | None:

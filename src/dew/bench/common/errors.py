@@ -28,16 +28,19 @@ from dew.flags import flag
 EXIT_OK, EXIT_CHANGED, EXIT_USAGE = 0, 1, 2
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 MAX_LINE = 400  # an XLA or pydantic message runs to pages; a line is enough to act on
+# (dew's own UsageError lines are not cut: their paths may be long, their ends say what to do)
 
 
 class UsageError(ValueError):
     """Bad input (a flag, a value, a path, a file): one line on stderr, exit 2."""
 
 
-def one_line(error: BaseException, *, flags: bool = False) -> str:
+def one_line(error: BaseException, *, flags: bool = False, typed: bool = False) -> str:
     """An error as one line: a pydantic error's first problem with where it is, else the
-    type and first line of the message (XLA's run to pages). With `flags`, a pydantic
-    location is spelled as the flag a user typed (`--data.image-size`)."""
+    type and first line of the message (XLA's run to pages). dew's own UsageError and an
+    OS error say what and where without their type, unless `typed`: an error a user's
+    code raised keeps its type, whatever it is (`FileNotFoundError: ...`). With `flags`,
+    a pydantic location is spelled as the flag a user typed (`--data.image-size`)."""
     import pydantic  # in every dew environment; imported here to keep the top stdlib-only
 
     if isinstance(error, pydantic.ValidationError) and error.errors():
@@ -50,8 +53,12 @@ def one_line(error: BaseException, *, flags: bool = False) -> str:
             text = f"invalid {error.title}{'.' + where if where else ''}: {message}"
         if "input" in first and first["type"] not in ("missing", "extra_forbidden"):
             text += f" (got {first['input']!r})"
-    elif isinstance(error, UsageError | OSError | UnicodeDecodeError):
+    elif isinstance(error, UsageError | OSError | UnicodeDecodeError) and not typed:
         text = first_line(str(error)) or type(error).__name__
+        if isinstance(error, UsageError):
+            # dew's own line, read whole: its paths (under a long TMPDIR) must not cut off
+            # what to do; a foreign message inside it went through one_line already
+            return text
     else:
         message = first_line(str(error))
         text = f"{type(error).__name__}: {message}" if message else type(error).__name__

@@ -6,6 +6,11 @@ installed it from one (direct_url.json), the commit and whether the tree was dir
 `describe` fills the record's `environment.outside_code`; capture() adds each version to
 `packages` too, so compare's stack differences name a changed version like any package's.
 Nothing here imports the modules themselves (only their parent packages, to find them).
+
+An editable install keeps the version it was installed with until it is installed again:
+after a bump in its checkout's pyproject.toml, a record would name the old version beside
+the new code's commit. `describe` refuses such a stale install in one line (StaleInstall,
+exit 2) that names both versions and the command that fixes it.
 """
 
 from __future__ import annotations
@@ -17,10 +22,12 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+from dew.bench.common.errors import UsageError
 from dew.bench.record.schema.environment import OutsideCode
 from dew.bench.record.stack import distribution_name
 
@@ -37,6 +44,9 @@ def describe(uses: Mapping[str, Sequence[str]]) -> list[OutsideCode]:
     for module, used_by in uses.items():
         names = holders.get(module.partition(".")[0]) or []
         dist = _distribution(names[0]) if names else None
+        stale = stale_install(dist)
+        if stale:
+            raise StaleInstall(stale)
         commit, dirty, source = _commit(_module_file(module), dist)
         described.append(
             OutsideCode(
@@ -50,6 +60,57 @@ def describe(uses: Mapping[str, Sequence[str]]) -> list[OutsideCode]:
             )
         )
     return described
+
+
+class StaleInstall(UsageError):
+    """An editable install whose version is not its checkout's: one line, exit 2."""
+
+
+def stale_install(dist: importlib.metadata.Distribution | None) -> str | None:
+    """Why an editable install is stale (its installed version is not the one its
+    checkout's pyproject.toml declares), in one line; None when it is not editable, has no
+    static version there, or agrees."""
+    source = _editable_source(dist)
+    if dist is None or source is None:
+        return None
+    try:
+        project = tomllib.loads((source / "pyproject.toml").read_text()).get("project") or {}
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return None
+    declared = project.get("version")
+    if not isinstance(declared, str) or "version" in (project.get("dynamic") or []):
+        return None
+    if _same_version(declared, dist.version):
+        return None
+    name = distribution_name(dist.metadata["Name"] or "")
+    return (
+        f"package {name}: installed as {dist.version}, but its checkout declares {declared} "
+        f"({source / 'pyproject.toml'}): the editable install is stale, and a record would "
+        f"name {dist.version} beside {declared}'s code; install it again: "
+        f"python -m pip install -e {source}"
+    )
+
+
+def _same_version(a: str, b: str) -> bool:
+    """PEP 440's equality (`0.2` is `0.2.0`, `1.0-rc1` is `1.0rc1`: a build backend writes
+    the normalised form), the strings' where one is not a version or `packaging` (in every
+    lock, not a pin of dew's) is missing."""
+    try:
+        from packaging.version import InvalidVersion, Version
+    except ImportError:
+        return a == b
+    try:
+        return Version(a) == Version(b)
+    except InvalidVersion:
+        return a == b
+
+
+def _editable_source(dist: importlib.metadata.Distribution | None) -> Path | None:
+    """The folder an editable install (PEP 660: direct_url.json) was made from."""
+    direct = _direct_url(dist)
+    if (direct.get("dir_info") or {}).get("editable") and direct.get("url", "").startswith("file:"):
+        return Path(unquote(urlparse(direct["url"]).path))
+    return None
 
 
 def versions(code: Sequence[OutsideCode]) -> dict[str, str | None]:
@@ -91,8 +152,9 @@ def _commit(
     install; (None, None, None) for an installed copy."""
     direct = _direct_url(dist)
     places = [file.parent] if file else []
-    if (direct.get("dir_info") or {}).get("editable") and direct.get("url", "").startswith("file:"):
-        places.append(Path(unquote(urlparse(direct["url"]).path)))
+    editable = _editable_source(dist)
+    if editable is not None:
+        places.append(editable)
     for place in places:
         tree = _work_tree(place, file)
         if tree is not None:

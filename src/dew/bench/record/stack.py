@@ -3,7 +3,8 @@ the container, the environment flags, the JAX config and the settings, read from
 JSON (plain dicts).
 
 The one notion of a stack's identity and differences, for every reader:
-- `stack_identity(a, b)`: what must be equal for rows to share one record (--resume);
+- `stack_identity(a, b)`: what must be equal for rows to share one record (--resume),
+  and `identity_differences(a, b)`: what of it differs, one line each;
 - `stack_differences(run, ref)`: compare's first table, and what only one side recorded
   (the outside packages' versions among the packages, their commits on their own lines);
 - `rebuild_differences(environment, image, gpu_here)`: what of a record's stack a rebuilt
@@ -107,6 +108,39 @@ def stack_identity(a: dict, b: dict) -> list[tuple[str, Any, Any]]:
 
     ia, ib = identity(a), identity(b)
     return [(what, ia[what], ib[what]) for what in ia]
+
+
+def identity_differences(a: dict, b: dict) -> list[str]:
+    """What differs between two environments' identities (stack_identity), one short line
+    each, the thing that differs named first: a package set, the environment flags and
+    the outside code by the package, flag or commit that differs, never their whole
+    lists (a refusal that printed both lists was cut before the package that differed)."""
+    lines = []
+    for what, then, here in stack_identity(a, b):
+        if then == here:
+            continue
+        if what == "outside code":
+            then, here = then or {}, here or {}
+            for name in sorted(set(then) | set(here)):
+                (ca, da), (cb, db) = then.get(name, (None, None)), here.get(name, (None, None))
+                if not (ca and cb and _same_commit(ca, cb)) and ca != cb:
+                    lines.append(
+                        f"outside {name} commit: {_short(ca) or 'none'} -> {_short(cb) or 'none'}"
+                    )
+                if da != db:
+                    lines.append(f"outside {name} dirty tree: {da} -> {db}")
+        elif isinstance(then, dict) or isinstance(here, dict):
+            label = {"package set": "package", "set of environment flags": "env"}.get(what, what)
+            then, here = then or {}, here or {}
+            for name in sorted(set(then) | set(here)):
+                if then.get(name) != here.get(name):
+                    absent = "unset" if label == "env" else "absent"
+                    lines.append(
+                        f"{label} {name}: {then.get(name, absent)} -> {here.get(name, absent)}"
+                    )
+        else:
+            lines.append(f"{what}: {_show(then)} -> {_show(here)}")
+    return lines
 
 
 def outside_commits(environment: dict) -> dict[str, tuple[Any, Any]]:

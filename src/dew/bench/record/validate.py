@@ -130,7 +130,11 @@ def check_file(path: Path, role: str = "") -> tuple[BenchmarkRun | None, list[st
 
     Raises UsageError (one line, naming the file) when the file is no JSON object at all:
     that is bad input, not an invalid record."""
-    text = read_json_object(path, role)
+    return check_text(read_json_object(path, role))
+
+
+def check_text(text: str) -> tuple[BenchmarkRun | None, list[str]]:
+    """check_file's verdict on a JSON object's text already read."""
     try:
         record = BenchmarkRun.model_validate_json(text)
     except pydantic.ValidationError as e:
@@ -182,7 +186,13 @@ def _validate(argv: list[str]) -> int:
                 print(f"{path}: {line}", file=sys.stderr)
         else:
             failed = sum(row.status == "failed" for row in run.rows)
-            print(f"{path}: ok ({run.kind} run, {len(run.rows)} rows, {failed} failed)")
+            # a row kept with a NaN or inf loss (--loss-may-diverge) is no plain ok row either
+            diverged = sum(
+                row.status == "ok" and getattr(row, "loss_finite", None) is False
+                for row in run.rows
+            )
+            kept = f", {diverged} ok with a loss that is not finite" if diverged else ""
+            print(f"{path}: ok ({run.kind} run, {len(run.rows)} rows, {failed} failed{kept})")
     if len(args.files) > 1 and (invalid or unreadable):
         print(
             f"{invalid + unreadable} of {len(args.files)} files invalid"

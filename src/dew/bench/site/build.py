@@ -8,8 +8,10 @@ marks, the stack differences between consecutive runs, change points) and
 runs/<record>.html (its table, environment and warnings). Scripts and styles are the
 package's own files, copied to static/: nothing is fetched from a network.
 
-A file under DIRS that is not a valid record is skipped with one line naming it; the site
-is still written. The site is built beside --out and moved into place whole, so a reader
+A file under DIRS that claims to be a record and is not a valid one is skipped with one
+line naming it; the other JSON dew writes (noise.json, ab-plan.json, compare.json, ...) is
+listed by kind on the front page, any other JSON ignored (dew.bench.site.records); the
+site is still written. The site is built beside --out and moved into place whole, so a reader
 never sees half a site; an existing --out is replaced only when it is a site this command
 wrote (it holds the marker file), never another directory. One build at a time writes an
 --out: a second is refused while the first holds it (common.files.one_writer). A write
@@ -56,7 +58,7 @@ class Args:
     dirs: Annotated[tuple[str, ...], tyro.conf.Positional, tyro.conf.arg(metavar="DIR")] = (
         "results",
     )
-    """directories searched for records (*.json, recursively; *.schema.json skipped)"""
+    """directories searched for records (*.json, recursively; what each is, from its content)"""
     out: str = "results/site"
     """the site's directory: new, empty, or a site this command wrote before"""
 
@@ -72,6 +74,7 @@ class Summary:
     changes: int
     skipped: list[str]
     empty: list[Path]
+    others: dict[str, list[Path]] = dataclasses.field(default_factory=dict)  # not records
     seconds: float = 0.0
     dirs: list[str] = dataclasses.field(default_factory=list)
 
@@ -116,7 +119,7 @@ def render(loaded: Loaded, target: Path, dirs: Sequence[Path]) -> Summary:
     published = sum(e.published for e in entries)
     summary = Summary(
         target, [], len(entries), published, len(entries) - published, len(labels),
-        sum(len(s.changes) for s in series), loaded.skipped, loaded.empty,
+        sum(len(s.changes) for s in series), loaded.skipped, loaded.empty, loaded.others,
     )  # fmt: skip
     base = {"summary": summary}
 
@@ -244,6 +247,8 @@ def _main(args: Args) -> int:
         f"site: {summary.out / 'index.html'} ({len(summary.pages)} pages: {shown}) from "
         f"{_count(summary.records, 'record')} ({summary.published} published), "
         f"{_count(summary.changes, 'change point')} flagged, "
-        f"{_count(len(summary.skipped), 'file')} skipped, {summary.seconds:.1f} s"
+        f"{_count(len(summary.skipped), 'file')} skipped, "
+        f"{_count(sum(map(len, summary.others.values())), 'other JSON file')} listed, "
+        f"{summary.seconds:.1f} s"
     )
     return cli.EXIT_OK

@@ -98,6 +98,15 @@ def options_differences(run: BenchmarkRun, ref: BenchmarkRun) -> list[StackDiffe
     ]
 
 
+def repeat_interval(interval, repeats) -> tuple[float, float] | None:
+    """A row's 95% interval as the site shows and weighs it: none from fewer than two
+    repeats (records made before schema 2's rule kept one from a single process's steps,
+    which is not the run-to-run interval the column means)."""
+    if not interval or not repeats or len(repeats) < 2:
+        return None
+    return (interval[0], interval[1])
+
+
 def build_series(entries: list[Entry]) -> list[Series]:
     """Every timed step row of `entries` (oldest first) in its series, with the stack
     differences to the previous point and the change points; ordered by label, device."""
@@ -114,7 +123,7 @@ def build_series(entries: list[Entry]) -> list[Series]:
             series = by_key.get(key)
             if series is None:
                 series = by_key[key] = Series(row.label(), batch, *key[2:], points=[])
-            interval = tuple(row.ms_per_step_ci95) if row.ms_per_step_ci95 else None
+            interval = repeat_interval(row.ms_per_step_ci95, row.repeats)
             series.points.append(Point(entry, row, value, interval))
     for series in by_key.values():
         for previous, point in zip(series.points, series.points[1:], strict=False):

@@ -13,7 +13,8 @@ from dew.bench.analysis import tables as report
 from dew.bench.analysis.plots import history_svg
 from dew.bench.loader.benchmark_data import keep_up_verdicts
 from dew.bench.record.schema import DataRow, StepRow
-from dew.bench.site.history import Series
+from dew.bench.record.stack import same_device
+from dew.bench.site.history import Series, repeat_interval
 from dew.bench.site.records import Entry
 
 MISSING = report.MISSING
@@ -35,10 +36,11 @@ def run_href(entry: Entry, root: str = "") -> str:
 
 
 def interval_text(interval, repeats=None) -> str:
+    """The interval and its repeats; "—" from fewer than two (history.repeat_interval)."""
+    interval = repeat_interval(interval, repeats)
     if not interval:
         return MISSING
-    count = f" ({len(repeats)})" if repeats else ""
-    return f"{report.num(interval[0], 2)} – {report.num(interval[1], 2)}{count}"
+    return f"{report.num(interval[0], 2)} – {report.num(interval[1], 2)} ({len(repeats)})"
 
 
 def stack_text(entry: Entry) -> str:
@@ -87,7 +89,7 @@ def latest_rows(series_list: list[Series], entries: list[Entry]) -> list[dict]:
         for stack, index in sorted(newest.items(), key=lambda kv: -kv[1]):
             point = series.points[index]
             change = series.changes[-1] if series.changes else None
-            pub = published.get(point.row.key()) or published.get(point.row.label())
+            pub = published_beside(point.entry, point.row, published)
             rows.append(
                 {
                     "label": series.label,
@@ -119,16 +121,36 @@ def _change_text(series: Series, change) -> str:
     return f"{change.percent} at {day}"
 
 
-def _published_rows(entries: list[Entry]) -> dict:
-    """key() and label() -> (entry, row) of the newest published timed row of that case."""
-    found: dict = {}
-    for entry in entries:  # oldest first: a newer record replaces an older one
-        if not entry.published or entry.record.kind != "step":
-            continue
-        for row in entry.record.rows:
-            if row.status == "ok" and (row.ms_per_step or row.p50_ms):
-                found[row.key()] = found[row.label()] = (entry, row)
-    return found
+def _published_rows(entries: list[Entry]) -> list[tuple[Entry, StepRow]]:
+    """Every published timed step row, newest record first."""
+    found = [
+        (entry, row)
+        for entry in entries  # oldest first
+        if entry.published and entry.record.kind == "step"
+        for row in entry.record.rows
+        if row.status == "ok" and (row.ms_per_step or row.p50_ms)
+    ]
+    return found[::-1]
+
+
+def published_beside(
+    entry: Entry, row: StepRow, published: list[tuple[Entry, StepRow]]
+) -> tuple[Entry, StepRow] | None:
+    """The newest published row to show beside `row`: the same case and batch (key()), on
+    the same device kind, in the same preset; None when there is none (another device's or
+    preset's figure is no reference for this one)."""
+    kind, preset = _device_kind(entry), entry.record.settings.preset
+    for pub_entry, pub_row in published:
+        other = _device_kind(pub_entry)
+        same_kind = kind is not None and other is not None and same_device(kind, other)
+        if pub_row.key() == row.key() and same_kind and pub_entry.record.settings.preset == preset:
+            return pub_entry, pub_row
+    return None
+
+
+def _device_kind(entry: Entry) -> str | None:
+    devices = entry.record.environment.devices
+    return devices.kind if devices and devices.kind else None
 
 
 def _published_text(pub: tuple[Entry, StepRow]) -> str:

@@ -1,22 +1,38 @@
 """The records a site is built from: every valid record under the given directories.
 
-A file that is not a valid record is skipped with one line naming it (`skipped` in the
-result, printed by the command); JSON Schema files (`*.schema.json`) and anything under
-the site's own output directory are not records and are not read at all.
+What a JSON file is, is read from its content, not its name: an object that claims to be
+a record (it has `schema_version`, or a `kind` and `rows`) is validated, and one that
+fails is skipped with one line naming it (`skipped`, printed by the command, shown in red
+on the front page). The other JSON dew writes beside its records (the run level
+`noise.json`, an A/B's `ab-plan.json`, a comparison's `compare.json`, the sweep timings,
+the JSON Schemas) is known by its keys and listed by kind (`others`), never as a broken
+record; any other JSON object is ignored quietly. A file that is not JSON at all is
+skipped with its line. Nothing under the site's own output directory is read.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from datetime import UTC, date, datetime
 from pathlib import Path
 
 from dew.bench.common.cli import UsageError, one_line
 from dew.bench.record.schema import BenchmarkRun
-from dew.bench.record.validate import check_file
+from dew.bench.record.validate import check_text, read_json_object
 
 PUBLISHED_DIR_NAME = "published"  # results/published/: the seed's tables, the references
+RECORD_KEYS = ({"schema_version"}, {"kind", "rows"})  # an object with either claims to be one
+# The other JSON dew writes, by the keys only it has at its top (checked before RECORD_KEYS:
+# a comparison has a kind and rows too), and what the front page calls it.
+KNOWN_KINDS = (
+    ("JSON Schema", {"$schema"}),  # results/schema/, python -m dew.bench.record.schema
+    ("run level", {"command", "kinds", "default"}),  # noise.json, dew.bench.analysis.noise
+    ("A/B plan", {"sides", "rounds", "order"}),  # ab-plan.json, nox -s ab
+    ("comparison", {"run", "reference", "summary", "rows"}),  # compare.json, compare --json
+    ("sweep timings", {"checkout", "runs", "preset"}),  # scripts/sweep_time.py --out
+)
 
 
 @dataclasses.dataclass
@@ -70,16 +86,27 @@ class Entry:
 @dataclasses.dataclass
 class Loaded:
     entries: list[Entry]
-    skipped: list[str]  # one line per file that is not a valid record
+    skipped: list[str]  # one line per file that claims to be a record and is not a valid one
     empty: list[Path]  # given directories that held no record file at all
+    others: dict[str, list[Path]] = dataclasses.field(default_factory=dict)  # kind -> files
+
+
+def json_kind(value: dict) -> str | None:
+    """What a JSON object dew may have written is: one of KNOWN_KINDS' names, "record" when
+    it claims to be one, None for anything else."""
+    keys = value.keys()
+    for kind, marks in KNOWN_KINDS:
+        if marks <= keys:
+            return kind
+    return "record" if any(marks <= keys for marks in RECORD_KEYS) else None
 
 
 def record_files(directory: Path, exclude: Path | None) -> list[Path]:
-    """The *.json files under `directory`, sorted, without `exclude`, the schema files and
-    the sweep timings of scripts/sweep_time.py (*.sweep.json: not records)."""
+    """The *.json files under `directory`, sorted, without `exclude` (what each is, is read
+    from its content: load_all)."""
     found = []
     for path in sorted(directory.rglob("*.json")):
-        if path.name.endswith((".schema.json", ".sweep.json")) or not path.is_file():
+        if not path.is_file():
             continue
         if exclude is not None and path.resolve().is_relative_to(exclude):
             continue
@@ -108,24 +135,34 @@ def load_all(directories: list[Path], exclude: Path | None = None) -> Loaded:
             raise UsageError(f"DIRS {directory} is not a directory; give directories of records")
     excluded = exclude.resolve() if exclude is not None else None
     entries, skipped, empty, seen, taken = [], [], [], set(), set()
+    others: dict[str, list[Path]] = {}
     for directory in directories:
         paths = record_files(directory, excluded)
-        if not paths:
-            empty.append(directory)
+        claimed = 0
         for path in paths:
             if path.resolve() in seen:  # two given directories may overlap
                 continue
             seen.add(path.resolve())
             try:
-                record, errors = check_file(path)
-            except UsageError as error:
+                text = read_json_object(path)
+            except UsageError as error:  # not JSON, or not an object: it is nothing of dew's
                 skipped.append(one_line(error))
+                claimed += 1
                 continue
+            kind = json_kind(json.loads(text))
+            if kind != "record":
+                if kind is not None:
+                    others.setdefault(kind, []).append(path)
+                continue
+            claimed += 1
+            record, errors = check_text(text)
             if errors:
                 more = f" (+{len(errors) - 1} more)" if errors[1:] else ""
                 skipped.append(f"{path}: {errors[0]}{more}")
                 continue
             published = PUBLISHED_DIR_NAME in path.parts
             entries.append(Entry(path, record, _slug(path, taken), published))
+        if not claimed:
+            empty.append(directory)
     entries.sort(key=lambda e: (e.when, str(e.path)))
-    return Loaded(entries, skipped, empty)
+    return Loaded(entries, skipped, empty, others)

@@ -227,6 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: list[str], held: contextlib.ExitStack) -> int:
     from dew.bench.analysis import tables as report
+    from dew.bench.runtime import sockets
     from dew.bench.runtime.idle import HostNotIdle
     from dew.bench.runtime.progress import Progress
     from dew.bench.sweep import locked_clocks, own_step, preflight
@@ -247,6 +248,8 @@ def _main(argv: list[str], held: contextlib.ExitStack) -> int:
         held.enter_context(one_writer(args.json_out, flag="--json-out"))
     platform = None  # a cluster's devices are known only once it is joined
     if not in_cluster:
+        if options.isolate:  # no folder for the forkserver's socket: refused before any case
+            sockets.for_multiprocessing()
         devices, warnings = preflight.prepare_environment(options, cases, log)
         own_step.check(cases, options)  # a wrong factory: refused before any case
         platform = devices.platform

@@ -52,7 +52,7 @@ from multiprocessing import forkserver
 from typing import Any
 
 from dew.bench.record.schema import StepRow
-from dew.bench.runtime import protocol
+from dew.bench.runtime import protocol, sockets
 from dew.bench.runtime.phases import PhaseClock
 from dew.bench.sweep.case_run import make_row, profile_name, run_case
 from dew.bench.sweep.presets import Case
@@ -118,6 +118,7 @@ def forkserver_context(environment: Mapping[str, str]) -> multiprocessing.contex
     if _server_environment == environment:
         return context
     stop_forkserver()
+    sockets.for_multiprocessing()  # its socket in a short folder, whatever TMPDIR is
     saved = dict(os.environ)
     os.environ.clear()
     os.environ.update(environment)

@@ -34,7 +34,7 @@ from dew.bench.common.units import GIB
 from dew.bench.record.schema import GpuTelemetry, GpuWindow, StepRepeat, StepRow
 from dew.bench.runtime.phases import PhaseClock
 from dew.bench.runtime.protocol import says_out_of_memory
-from dew.bench.sweep import own_step
+from dew.bench.sweep import divergence, own_step
 from dew.bench.sweep.presets import Case
 from dew.bench.sweep.program_labels import compile_and_label
 from dew.bench.sweep.settings import Options, compilation_cache
@@ -176,10 +176,11 @@ def prepare(
 
 def measure(
     prepared: Prepared, options: Options, figures: Figures, clock: PhaseClock | None = None
-) -> StepRepeat:
+) -> tuple[StepRepeat, str | None]:
     """Time a prepared case, writing the row's measured fields on `figures` as it goes;
     its phases (warmup, timed, GPU window, profile) go on `clock`. Returns the row's repeat
-    (run_case adds the phases to it)."""
+    (run_case adds the phases to it) and the error that fails the row when its loss became
+    NaN or inf (dew.bench.sweep.divergence; None: the row stands)."""
     import jax
 
     from dew.telemetry.instrumentation import mfu
@@ -187,6 +188,7 @@ def measure(
     from dew.telemetry.peaks import no_peak_reason
 
     clock = clock or PhaseClock()
+    losses: list[Any] = []  # each step's, as the step returned it: read after the windows
     state, metrics, timings = time_steps(
         prepared.trainer.step,
         prepared.state,
@@ -194,6 +196,7 @@ def measure(
         steps=options.steps,
         warmup=options.warmup,
         clock=clock,
+        on_step=lambda metrics: losses.append(divergence.loss_leaf(metrics)),
     )
     batch = prepared.case.batch
     step_s = timings.ms_per_step / 1e3
@@ -224,8 +227,8 @@ def measure(
     if loss is not None:  # a step of the user's may report none
         figures.loss = loss if math.isfinite(loss) else None
         figures.loss_finite = math.isfinite(loss)
-    if loss is not None and not math.isfinite(loss):  # the timing stands; it diverged
-        figures.note = join(figures.note, f"the final loss is {loss}")
+    diverged, note = divergence.verdict(losses, may_diverge=options.loss_may_diverge)
+    figures.note = join(figures.note, note)
 
     if options.profile_dir:
         directory = Path(options.profile_dir) / profile_name(prepared.case)
@@ -234,20 +237,13 @@ def measure(
                 state, metrics = prepared.trainer.step(state, prepared.batch)
             block((state, metrics))
     prepared.state = state
-    return repeat
+    return repeat, diverged
 
 
 def final_loss(metrics: Any) -> float | None:
     """The last step's loss: dew's "train/loss", or a step of the user's "loss" when it is
     one number; None when its metrics hold neither."""
-    import numpy as np
-
-    value = metrics.get("train/loss", metrics.get("loss")) if isinstance(metrics, Mapping) else None
-    try:
-        number = np.asarray(value, dtype=float) if value is not None else None
-    except (TypeError, ValueError):  # a user's metrics may hold anything
-        return None
-    return float(number) if number is not None and number.size == 1 else None
+    return divergence.as_number(divergence.loss_leaf(metrics))
 
 
 def join(*notes: str | None) -> str | None:
@@ -390,20 +386,22 @@ def run_case(
     """
     figures = Figures()
     clock = clock or PhaseClock()
-    error = None
+    error = diverged = None
     with cache_damage.watch() as damaged:  # a damaged cache entry: recompiled, said
         try:
             prepared = prepare(case, options, figures, clock)
             if on_compiled is not None:
                 on_compiled(figures.fields())
             if not options.compile_only:
-                repeat = measure(prepared, options, figures, clock)
+                repeat, diverged = measure(prepared, options, figures, clock)
                 repeat.phases = list(clock.phases)
         except Exception as failed:
             error = failure(failed)
     figures.note = join(figures.note, *damaged)
     if error is not None:
         return figures.row(case, status="failed", error=error)
+    if diverged is not None:  # the times stay in the row; they are not a benchmark
+        return figures.row(case, status="failed", error=diverged)
     refused = gpu_verdict(figures.gpu)
     if refused:
         return figures.row(case, status="failed", error=refused)

@@ -158,6 +158,6 @@ def check_resume(previous: Environment, environment: Environment, path: str) -> 
     )
     if then != now:
         raise UsageError(
-            f"--resume: {path} was measured with --lock-clocks {then}, this run has "
-            f"--lock-clocks {now}; rerun with the same or write a new --json-out"
+            f"--resume: --lock-clocks differs: {then} in the record, {now} in this run; "
+            f"rerun with the same or write a new --json-out (the record: {path})"
         )

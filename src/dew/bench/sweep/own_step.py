@@ -101,8 +101,8 @@ def load(spec: str, batch: int) -> Built:
     except (Exception, SystemExit) as error:
         raise StepFactoryError(
             spec,
-            f"cannot import {module_name}: {one_line(error)} (is it installed, or its folder "
-            "on PYTHONPATH?)",
+            f"cannot import {module_name}: {one_line(error, typed=True)} (is it installed, or "
+            "its folder on PYTHONPATH?)",
         ) from None
     factory = getattr(module, name, None)
     if factory is None:
@@ -115,7 +115,7 @@ def load(spec: str, batch: int) -> Built:
     try:
         returned = factory(batch=batch)
     except Exception as error:
-        raise StepFactoryError(spec, f"{call} raised {one_line(error)}") from None
+        raise StepFactoryError(spec, f"{call} raised {one_line(error, typed=True)}") from None
     return checked(spec, call, returned)
 
 
@@ -220,7 +220,7 @@ def placed(spec: str, built: Built) -> tuple[Any, Any]:
             state = jax.device_put(state, built.sharding)
         except Exception as error:
             raise StepFactoryError(
-                spec, f"its state does not fit its state_sharding: {one_line(error)}"
+                spec, f"its state does not fit its state_sharding: {one_line(error, typed=True)}"
             ) from None
     return state, on_device(built.batch)
 
@@ -234,7 +234,7 @@ def lowered(spec: str, step: Any, state: Any, batch: Any):
         lowered = step.lower(state, batch)
     except Exception as error:
         raise StepFactoryError(
-            spec, f"step(state, batch) fails to trace: {one_line(error)}"
+            spec, f"step(state, batch) fails to trace: {one_line(error, typed=True)}"
         ) from None
     out = lowered.out_info
     if not isinstance(out, tuple) or len(out) != 2:

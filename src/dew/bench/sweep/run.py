@@ -38,11 +38,13 @@ from dew.bench.record.schema import (
     read_run,
     write_run,
 )
-from dew.bench.record.stack import stack_identity
+from dew.bench.record.stack import identity_differences
 from dew.bench.runtime import hostprobe
 from dew.bench.runtime.progress import Progress
 from dew.bench.sweep.presets import Case, outside_modules
 from dew.bench.sweep.settings import Options, measured_with, settings_record
+
+SHOWN = 3  # differences a --resume refusal names; the count of the rest follows
 
 
 def check_idle(mode: str, *, skip: bool):
@@ -74,24 +76,28 @@ def read_previous(path: str) -> BenchmarkRun:
 def check_same_measurement(
     previous: BenchmarkRun, options: Options, environment: Environment, path: str
 ) -> None:
-    """Refuse to continue a record measured with other settings or on another stack."""
+    """Refuse to continue a record measured with other settings or on another stack: one
+    line naming what differs first (the record's value -> this run's), the record's path
+    last (a long line is cut at its end)."""
     now = measured_with(settings_record(options, []))
     for name, then in measured_with(previous.settings).items():
         if then != now[name]:
             raise UsageError(
-                f"--resume: {path} was measured with {name}={then!r}, this run has "
-                f"{now[name]!r}; rerun with the same settings or write a new --json-out"
+                f"--resume: {name} differs: {then!r} in the record, {now[name]!r} in this run; "
+                f"rerun with the same settings or write a new --json-out (the record: {path})"
             )
     from dew.bench.sweep.locked_clocks import check_resume
 
     check_resume(previous.environment, environment, path)  # the same --lock-clocks
     dumped = [env.model_dump(mode="json") for env in (previous.environment, environment)]
-    for what, then, here in stack_identity(*dumped):
-        if then != here:
-            raise UsageError(
-                f"--resume: {path} was measured on another {what} ({then} here {here}); "
-                "write a new --json-out"
-            )
+    differences = identity_differences(*dumped)
+    if differences:
+        shown = "; ".join(differences[:SHOWN])
+        more = f" (and {len(differences) - SHOWN} more)" if len(differences) > SHOWN else ""
+        raise UsageError(
+            f"--resume: the stack differs (the record's -> this run's): {shown}{more}; "
+            f"write a new --json-out (the record: {path})"
+        )
 
 
 def merged_cases(previous: BenchmarkRun | None, cases: Sequence[Case]) -> list[Case]:

@@ -75,6 +75,9 @@ class Options:
     """seconds each phase of a case's process may take (its compile, its timing) before it
     is killed and its row fails; default: 30 min to compile (more with more compile jobs
     than cores), 10 min per 100 steps to time (dew.bench.sweep.settings.case_deadlines)"""
+    loss_may_diverge: bool = False
+    """the step is known to diverge: a loss that becomes NaN or inf keeps its row (noted,
+    with a warning) where it would fail it (dew.bench.sweep.divergence)"""
     gpu_check: Literal["error", "warn", "off"] = "warn"
     """NVIDIA GPUs: read clocks, temperature, power and energy in a synced window after the
     timed ones; a card that slowed itself down (thermal, hardware or power-brake slowdown)

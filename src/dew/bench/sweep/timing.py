@@ -46,28 +46,38 @@ def time_steps(
     steps: int,
     warmup: int,
     clock: PhaseClock | None = None,
+    on_step: Callable[[Any], None] | None = None,
 ) -> tuple[Any, Any, Timings]:
     """Warmup, dispatch window, synced window. Returns (state, metrics, timings).
 
     `step(state, batch) -> (state, metrics)` may donate `state`; it is threaded through.
-    Nothing but the step call runs inside the dispatch window. `clock` times the warmup and
-    the two windows together as phases "warmup" and "timed" (its bookkeeping runs outside).
+    Nothing but the step call and `on_step(metrics)` (every step's, in order: it must not
+    wait for the device, e.g. keep a reference to the loss) runs inside the dispatch
+    window. `clock` times the warmup and the two windows together as phases "warmup" and
+    "timed" (its bookkeeping runs outside).
     """
     clock = clock or PhaseClock()
+    on_step = on_step or _ignore
     metrics = None
     with clock.phase("warmup"):
         for _ in range(warmup):
             state, metrics = step(state, batch)
+            on_step(metrics)
         block((state, metrics))
     with clock.phase("timed"):
-        state, metrics, timings = _windows(step, state, batch, steps)
+        state, metrics, timings = _windows(step, state, batch, steps, on_step)
     return state, metrics, timings
 
 
-def _windows(step, state, batch, steps: int) -> tuple[Any, Any, Timings]:
+def _ignore(metrics: Any) -> None:
+    pass
+
+
+def _windows(step, state, batch, steps: int, on_step) -> tuple[Any, Any, Timings]:
     start = time.perf_counter()
     for _ in range(steps):
         state, metrics = step(state, batch)
+        on_step(metrics)
     block((state, metrics))
     ms_per_step = (time.perf_counter() - start) * 1e3 / steps
 
@@ -77,4 +87,5 @@ def _windows(step, state, batch, steps: int) -> tuple[Any, Any, Timings]:
         state, metrics = step(state, batch)
         block((state, metrics))
         synced.append((time.perf_counter() - start) * 1e3)
+        on_step(metrics)
     return state, metrics, Timings(ms_per_step, tuple(synced))
