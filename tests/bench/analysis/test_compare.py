@@ -132,13 +132,37 @@ def test_cli_markdown_exit_status_columns_and_plot(tmp_path, capsys, pinned_nois
 def test_run_against_itself_reproduces_and_default_reference(tmp_path, capsys):
     copy = tmp_path / "mine.json"
     write_run(copy, read_run(FIRST))
-    # The default reference is the published record sharing the most rows: 09-02 itself.
+    # The default reference is the newest record of its device kind and preset sharing the
+    # most of its cases: 09-02 itself (the 09-05 rerun shares 4 of its 12).
     assert compare.default_reference(read_run(copy), copy) == FIRST
     # One process a side: the ratio is exactly 1, but a figure of one process is one draw
     # of its run, so "same within 2%" is not shown either: INCONCLUSIVE, never REPRODUCED.
     assert compare.main([str(copy)]) == 3
     assert "\nINCONCLUSIVE: 12 comparable rows: 12 undecided" in capsys.readouterr().out
     assert compare.main([str(copy), "--strict"]) == 1
+
+
+def test_the_default_reference_is_of_the_runs_device_and_preset_or_none(tmp_path, capsys):
+    """Issue 42: a cpu-smoke record picked the RTX 4080's small table (every row another
+    model, nothing compared); now the newest cpu-smoke CPU record sharing its cases, or one
+    line saying there is none and how to give one."""
+    aa = read_run(AA2_A)
+    found = compare.default_reference(aa, AA2_A)
+    assert found is not None and found != AA2_A
+    reference = read_run(found)
+    assert reference.settings.preset == "cpu-smoke"
+    assert reference.environment.devices.kind == aa.environment.devices.kind
+    lonely = aa.model_copy(deep=True)
+    lonely.environment.devices.kind = "NVIDIA B300"
+    copy = tmp_path / "lonely.json"
+    write_run(copy, lonely)
+    assert compare.default_reference(lonely, copy) is None
+    assert compare.main([str(copy)]) == 3
+    line = capsys.readouterr().out.strip()
+    said = f"INCONCLUSIVE: nothing to hold {copy} against: no record of NVIDIA B300, preset "
+    assert line.startswith(said + "cpu-smoke") and "give REFERENCE" in line
+    assert compare.main([str(copy), "--format", "json"]) == 3
+    assert json.loads(capsys.readouterr().out)["reference"] is None
 
 
 def test_different_model_is_not_comparable(tmp_path):

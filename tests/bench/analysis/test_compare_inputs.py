@@ -186,7 +186,7 @@ def test_default_reference_skips_files_that_are_no_record(tmp_path):
     (published / "list.json").write_text("[]")
     shutil.copyfile(FIRST, published / "first.json")
     run = read_run(RERUN)
-    assert compare.default_reference(run, RERUN, published) == published / "first.json"
+    assert compare.default_reference(run, RERUN, tmp_path) == published / "first.json"
 
 
 def test_same_gflop_is_the_one_tolerance():

@@ -18,13 +18,15 @@ rules, dew.bench.analysis.comparison the model, dew.bench.analysis.report prints
 A compile-only RUN (settings.compile_only) has no times: compare prints the parity table
 instead, params and GFLOP/step against the reference (dew.bench.analysis.parity).
 
-The reference defaults to the published record (results/published/) of the same kind that
-shares the most rows with the run. --plot writes a PNG, refusing an input or an existing
-file (unless --overwrite) before anything is printed. Exit 0: REPRODUCED (every comparable
-row shown the same); 1: NOT REPRODUCED (the shift or a row faster or slower, or a row that
-ran in the reference fails now); 3: INCONCLUSIVE (anything else, nothing compared too; 1
-with --strict); 2 for bad input: flags, a file that is no valid record, records of two
-kinds, an unwritable --plot.
+The reference defaults to the newest record under results/ (published tables and runs) of
+the run's kind, device kind and preset that shares the most of its cases; with none, one
+line says so and how to give one (INCONCLUSIVE, exit 3). --plot writes a PNG, refusing an
+input or an existing file (unless --overwrite) before anything is printed.
+
+Exit 0: REPRODUCED (every comparable row shown the same); 1: NOT REPRODUCED (the shift or
+a row faster or slower, or a row that ran in the reference fails now); 3: INCONCLUSIVE
+(anything else, nothing compared too; 1 with --strict); 2 for bad input: flags, a file
+that is no valid record, records of two kinds, an unwritable --plot.
 """
 
 from __future__ import annotations
@@ -49,34 +51,58 @@ from dew.bench.record.stack import same_device
 from dew.bench.record.validate import check_file, load
 
 PROG = "python -m dew.bench.analysis.compare"
-PUBLISHED_DIR = REPO_ROOT / "results" / "published"
+RESULTS_DIR = REPO_ROOT / "results"
 
 
 # --- the default reference ---------------------------------------------------------------
 
 
-def default_reference(run: BenchmarkRun, run_path: Path, directory: Path = PUBLISHED_DIR) -> Path:
-    """The published record of the run's kind sharing the most rows; ties: same device,
-    then the newest."""
+def _candidate(path: Path, run: BenchmarkRun) -> bool:
+    """Whether a file is a record of the run's kind, device kind and preset, read cheaply
+    (the JSON alone) before it is validated."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return False
+    if not isinstance(data, dict) or data.get("kind") != run.kind:
+        return False
+    devices = (data.get("environment") or {}).get("devices") or {}
+    mine = run.environment.devices
+    if mine is None or not devices.get("kind") or not mine.kind:
+        return False
+    preset = (data.get("settings") or {}).get("preset")
+    return same_device(devices["kind"], mine.kind) and preset == run.settings.preset
+
+
+def default_reference(run: BenchmarkRun, run_path: Path, directory: Path = RESULTS_DIR):
+    """The newest record under `directory` (published tables and runs) of the run's kind,
+    device kind and preset that shares the most of its cases; None when there is none."""
     candidates = []
-    for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
-        if path.resolve() == run_path.resolve():
+    paths = sorted(directory.rglob("*.json")) if directory.is_dir() else []
+    for path in paths:
+        if {"schema", "site"} & set(path.relative_to(directory).parts):
+            continue
+        if path.resolve() == run_path.resolve() or not _candidate(path, run):
             continue
         try:
             record, errors = check_file(path)
         except UsageError:  # not a record at all: not a candidate
             continue
-        if errors or record.kind != run.kind:
+        if errors:
             continue
         shared = {r.key() for r in run.rows} & {r.key() for r in record.rows}
-        names = {r.key()[0] for r in run.rows} & {r.key()[0] for r in record.rows}
-        da, db = run.environment.devices, record.environment.devices
-        same = bool(da and db and da.kind and db.kind and same_device(da.kind, db.kind))
-        created = str(record.created or "")
-        candidates.append(((len(shared), len(names), same, created), path))
-    if not candidates:
-        raise UsageError(f"no published {run.kind} record in {directory}; give REFERENCE")
-    return max(candidates)[1]
+        if shared:
+            candidates.append(((len(shared), str(record.created or "")), path))
+    return max(candidates)[1] if candidates else None
+
+
+def no_reference(run: BenchmarkRun, run_path: Path) -> str:
+    """The verdict line of a run with nothing to hold it against."""
+    devices = run.environment.devices
+    device = devices.kind if devices is not None and devices.kind else "an unrecorded device"
+    return (f"INCONCLUSIVE: nothing to hold {run_path} against: no record of {device}, "
+            f"preset {run.settings.preset}, with any of its cases under {RESULTS_DIR}; "
+            "give REFERENCE (another run of the same cases, or a published table)")  # fmt: skip
 
 
 # --- the command line --------------------------------------------------------------------
@@ -93,7 +119,8 @@ class Args:
     reference: Annotated[str | None, tyro.conf.Positional, tyro.conf.arg(metavar="REFERENCE")] = (
         None
     )
-    """the record to hold it against; default: the published one sharing the most rows"""
+    """the record to hold it against; default: the newest under results/ of the run's device
+    kind and preset sharing the most of its cases"""
     band: float | None = None
     """noise band in percent, in [0, 100): a smaller change is never a verdict; default: the
     device kind's (2 on a GPU, 5 on a CPU host)"""
@@ -143,7 +170,16 @@ def _compare(args: Args) -> int:
     if args.reference is not None:
         ref_path = Path(args.reference)
     else:
-        ref_path = _relative(default_reference(run, run_path))
+        found = default_reference(run, run_path)
+        if found is None:
+            line = no_reference(run, run_path)
+            if args.format == "json":
+                print(json.dumps({"run": str(run_path), "reference": None, "exit": 3,
+                                  "outcome": judge.INCONCLUSIVE, "summary": line}))  # fmt: skip
+            else:
+                print(line)
+            return cli.EXIT_CHANGED if args.strict else judge.EXIT_CODES[judge.INCONCLUSIVE]
+        ref_path = _relative(found)
     plot_path = None
     if args.plot is not None:  # before any output: an unwritable chart loses nothing yet
         plot_path = files.check_output_file(

@@ -29,6 +29,9 @@ COMPARED_CONTAINER = ("engine", "image_id", "base_image_digest", "lock_sha256")
 REBUILT_CONTAINER = ("lock_sha256", "dockerfile_sha256", "variant", "base_image_digest")
 # The settings whose difference makes two records' rows measure different things.
 COMPARED_SETTINGS = ("preset", "steps", "warmup", "dtype", "mesh", "optimizer")
+# The tool's other flags (settings.options) that move no figure: where logs and traces go
+# (a trace's steps run after the timed ones) and how long a case may take.
+UNTIMED_OPTIONS = ("log_dir", "case_timeout", "profile_dir")
 
 
 @dataclasses.dataclass
@@ -324,7 +327,27 @@ def stack_differences(run: Any, ref: Any) -> tuple[list[StackDifference], list[s
         a, b = sa.get(field), sb.get(field)
         if a is not None and b is not None and a != b:
             diffs.append(StackDifference(f"setting {field}", _show(a), _show(b)))
+    diffs += options_differences(sa.get("options") or {}, sb.get("options") or {})
     return diffs, unknown
+
+
+def options_differences(a: dict, b: dict) -> list[StackDifference]:
+    """The tool's other flags (settings.options: --xla-flags, --allocator, the compilation
+    cache, ...) that differ, as `option NAME`; a cache is named by whether one was used,
+    not by its folder (each run has its own)."""
+
+    def shown(options: dict, name: str) -> str:
+        value = options.get(name)
+        if name == "compilation_cache_dir" and value not in (None, "off"):
+            return "a folder"
+        return "unset" if value is None else str(value)
+
+    names = sorted((set(a) | set(b)) - set(UNTIMED_OPTIONS))
+    return [
+        StackDifference(f"option {name}", shown(a, name), shown(b, name))
+        for name in names
+        if shown(a, name) != shown(b, name)
+    ]
 
 
 def rebuild_differences(

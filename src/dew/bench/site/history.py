@@ -20,7 +20,7 @@ import dataclasses
 import math
 import statistics
 
-from dew.bench.record.schema import BenchmarkRun, StepRow
+from dew.bench.record.schema import StepRow
 from dew.bench.record.stack import StackDifference, stack_differences
 from dew.bench.site.records import Entry
 
@@ -86,18 +86,6 @@ def timing(row: StepRow) -> float | None:
     return value if value else None
 
 
-def options_differences(run: BenchmarkRun, ref: BenchmarkRun) -> list[StackDifference]:
-    """The tool's other flags (settings.options, e.g. --xla-flags) that differ: how the run
-    ran, which stack_differences leaves to the settings it names."""
-    a = {k: v for k, v in (run.settings.options or {}).items() if v is not None}
-    b = {k: v for k, v in (ref.settings.options or {}).items() if v is not None}
-    return [
-        StackDifference(f"option {name}", str(a.get(name, "unset")), str(b.get(name, "unset")))
-        for name in sorted(set(a) | set(b))
-        if a.get(name) != b.get(name)
-    ]
-
-
 def repeat_interval(interval, repeats) -> tuple[float, float] | None:
     """A row's 95% interval as the site shows and weighs it: none from fewer than two
     repeats (records made before schema 2's rule kept one from a single process's steps,
@@ -128,7 +116,7 @@ def build_series(entries: list[Entry]) -> list[Series]:
     for series in by_key.values():
         for previous, point in zip(series.points, series.points[1:], strict=False):
             diffs, unknown = stack_differences(point.entry.record, previous.entry.record)
-            point.diffs = diffs + options_differences(point.entry.record, previous.entry.record)
+            point.diffs = diffs
             point.unknown = unknown
         series.noise, series.changes = change_points(series.points)
         series.pending = latest_alone(series)

@@ -28,7 +28,7 @@ RECORD_KEYS = ({"schema_version"}, {"kind", "rows"})  # an object with either cl
 # a comparison has a kind and rows too), and what the front page calls it.
 KNOWN_KINDS = (
     ("JSON Schema", {"$schema"}),  # results/schema/, python -m dew.bench.record.schema
-    ("run level", {"command", "kinds", "default"}),  # noise.json, dew.bench.analysis.noise
+    ("run level", {"command", "kinds"}),  # noise.json, dew.bench.analysis.history
     ("A/B plan", {"sides", "rounds", "order"}),  # ab-plan.json, nox -s ab
     ("comparison", {"run", "reference", "summary", "rows"}),  # compare.json, compare --json
     ("sweep timings", {"checkout", "runs", "preset"}),  # scripts/sweep_time.py --out
