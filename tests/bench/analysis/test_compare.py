@@ -496,3 +496,13 @@ def test_the_ratio_beside_an_interval_is_the_one_its_verdict_judged(capsys):
     assert cells.keys() == judged.keys()
     for label, ratio in judged.items():
         assert cells[label].startswith(f"{ratio:.3f} ("), (label, cells[label], ratio)
+
+
+def test_an_xla_flag_set_by_the_tool_is_a_stack_difference(capsys):
+    """Issue 42: an -O0 run (--xla-flags) against a default one read "Stack differences:
+    none recorded" while the site named the flag; both use stack_differences now."""
+    o0 = RUNS / "20261203T090404Z-cpu-smoke-aa-o0-cpu-8c7e84d" / "step.json"
+    default = RUNS / "20261203T085226Z-cpu-smoke-aa1-cpu-8c7e84d" / "step.json"
+    assert compare.main([str(o0), str(default)]) in (1, 3)
+    stack = capsys.readouterr().out.split("### Stack differences")[1].split("### Rows")[0]
+    assert "| option xla_flags | --xla_backend_optimization_level=0 | unset |" in stack
