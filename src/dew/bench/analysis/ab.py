@@ -237,6 +237,9 @@ def _repeats_of(row: StepRow) -> list[StepRepeat]:
 # --- the table and the chart ----------------------------------------------------------------------
 
 
+DESIGN = "paired, interleaved rounds on one host: the run level cancels within a round"
+
+
 def render(plan: dict, found: list[Case], band: float, alpha: float) -> str:
     sides = plan["sides"]
 
@@ -257,6 +260,7 @@ def render(plan: dict, found: list[Case], band: float, alpha: float) -> str:
         f"(below 1: B is faster); {rounds} rounds, every case once per side per round in a "
         "fresh process, the side going first alternating.",
         "",
+        f"- design: {DESIGN}",
         f"- {name('A')}",
         f"- {name('B')}",
         "",

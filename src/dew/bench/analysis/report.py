@@ -20,6 +20,11 @@ from dew.bench.analysis.tables import COLUMN_NAMES, MISSING, describe, num, tabl
 from dew.bench.record.schema import BenchmarkRun
 
 VERDICTS = ("faster", "slower", "same", "undecided", "failed in this run")
+DESIGN = (
+    "design: two records made at different times (not interleaved): the whole run's shift and "
+    "each row's own run level are assumed from the history, not cancelled (nox -s ab "
+    "interleaves)"
+)
 AGAINST = (
     "; against the shift: the row's ratio over the whole run's shift (the median of the "
     "rows' ratios), which its faster/slower judges; `same` needs its whole change shown "
@@ -76,7 +81,7 @@ def comparison(cmp: Comparison, run: BenchmarkRun, ref: BenchmarkRun, fmt: str =
     """The report ("md" or "text"): stack, rows, notes, verdict."""
     style = "md" if fmt == "md" else "aligned"
     h = "### " if fmt == "md" else ""
-    header_lines = [cmp.host_line, noise_line(cmp), shift_line(cmp)]
+    header_lines = [DESIGN, cmp.host_line, noise_line(cmp), shift_line(cmp)]
     out = [
         f"{'## ' if fmt == 'md' else ''}Comparison (noise band ±{cmp.band:g}%)",
         "",
@@ -251,6 +256,7 @@ def as_json(cmp: Comparison) -> dict[str, Any]:
         "exit": EXIT_CODES[cmp.outcome],
         "reproduced": cmp.reproduced,
         "summary": summary(cmp),
+        "design": "records",
         "detectable": cmp.detectable,
         "shift": None if cmp.shift is None else {
             "ratio": cmp.shift.ratio, "interval": [cmp.shift.low, cmp.shift.high],
