@@ -138,9 +138,6 @@ def lock(session: nox.Session) -> None:
         print("locks match pyproject.toml", file=sys.stderr)
 
 
-# --- results tools (dew.bench.record.validate / compare / schema) -------------------------------
-
-
 @nox.session(python=PYTHON)
 def validate(session: nox.Session) -> None:
     """Validate results records: `nox -s validate -- FILES...`."""
@@ -330,19 +327,19 @@ def report(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def reproduce(session: nox.Session) -> None:
-    """Rerun a step record on its own stack, then compare: `-- RECORD.json [--outside SRC]...`.
-
-    The record's stack is materialised as an image (docker/stacks.py: a git worktree at its
-    commit, its lock, its Dockerfile, its base) and that commit's own tool runs in it with
-    the record's cases and settings; today's compare then holds the new record against the
-    old one (the statistics verdicts). A record whose stack cannot be built (no commit, the
-    published ones; a dirty tree; a commit this clone lacks or from before the containers)
-    says which parts it matches and which not, then one line, exit 2. Rows of code from
-    outside dew (docs/own-models.md) need `--outside` with its git checkout (built at the
-    record's commit), folder or wheel: installed by the image's pip beside dew's stack.
+    """Rerun a step record on its own stack, then compare: `-- RECORD.json [--outside SRC]...
+    [--interleaved N]`. The record's stack as an image (docker/stacks.py: its commit, lock,
+    Dockerfile and base) runs that commit's own tool with the record's cases and settings;
+    today's compare holds the new record against the old one. A stack that cannot be built
+    (no commit; a dirty tree; a commit this clone lacks) is listed part by part, then one
+    line, exit 2. `--outside`: the git checkout (built at the record's commit), folder or
+    wheel of code from outside dew (docs/own-models.md). `--interleaved N`: the record's
+    stack and today's (HEAD) in N paired rounds instead (ab's design: the run level cancels).
     """
-    record_path, sources = replay.parse_reproduce(session.posargs)
+    record_path, sources, rounds = replay.parse_reproduce(session.posargs)
     record, settings, environment = replay.read_step_record("reproduce", record_path)
+    if rounds:  # the record's stack and today's in paired rounds: the run level cancels
+        return _ab(session, replay.interleaved_args(record_path, settings, sources, rounds))
     matched, unmatched = stack_images.stack_parts(record)
     try:
         spec = stack_images.spec_from_record(record, f"record {record_path.name}")
@@ -401,8 +398,12 @@ def ab(session: nox.Session) -> None:
     each in a fresh process, alternating which side goes first; then one record per side
     and the A/B table of the paired per-round ratios (dew.bench.analysis.ab), markdown and chart.
     """
+    _ab(session, session.posargs)
+
+
+def _ab(session: nox.Session, posargs: list[str]) -> None:
     try:
-        args = parse_ab(session.posargs)
+        args = parse_ab(posargs)
     except containers.EngineError as error:
         replay.usage("ab", str(error))
     engine = replay.engine_for(session, "ab", args.variant)

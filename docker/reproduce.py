@@ -24,20 +24,28 @@ from .gpu import gpu_here, gpu_preflight
 from .outside import Package, install, keep, prepare_all
 from .stacks import Unreproducible, choose_base, materialise, remove_built
 
-REPRODUCE_USAGE = "reproduce RECORD.json [--outside PATH[@REV]|WHEEL]..."
+REPRODUCE_USAGE = "reproduce RECORD.json [--outside PATH[@REV]|WHEEL]... [--interleaved N]"
 
 
-def parse_reproduce(argv: list[str]) -> tuple[Path, list[str]]:
-    """`nox -s reproduce -- RECORD [--outside SOURCE]...`: the record and the sources of
-    the code from outside dew its rows used; or one line and exit 2."""
-    words, positional, sources = list(argv), [], []
+def parse_reproduce(argv: list[str]) -> tuple[Path, list[str], int | None]:
+    """`nox -s reproduce -- RECORD [--outside SOURCE]... [--interleaved ROUNDS]`: the
+    record, the sources of the code from outside dew its rows used, and the paired rounds
+    asked for (None: rerun the record's stack and hold it against the record); or one line
+    and exit 2."""
+    words, positional, sources, rounds = list(argv), [], [], None
     while words:
         word = words.pop(0)
         name, eq, inline = word.partition("=")
-        if name == "--outside":
+        if name in ("--outside", "--interleaved"):
             if not eq and not words:
-                usage("reproduce", f"--outside needs a source; usage: {REPRODUCE_USAGE}")
-            sources.append(inline if eq else words.pop(0))
+                usage("reproduce", f"{name} needs a value; usage: {REPRODUCE_USAGE}")
+            value = inline if eq else words.pop(0)
+            if name == "--outside":
+                sources.append(value)
+            elif not value.isdigit() or int(value) < 2:
+                usage("reproduce", f"--interleaved {value!r} is not a number of rounds >= 2")
+            else:
+                rounds = int(value)
         elif word.startswith("--"):
             usage("reproduce", f"unrecognized argument {word}; usage: {REPRODUCE_USAGE}")
         else:
@@ -45,7 +53,21 @@ def parse_reproduce(argv: list[str]) -> tuple[Path, list[str]]:
     if len(positional) != 1:
         usage("reproduce", f"takes one step record (a JSON file), got {len(positional)}; "
                            f"usage: {REPRODUCE_USAGE}")  # fmt: skip
-    return Path(positional[0]), sources
+    return Path(positional[0]), sources, rounds
+
+
+def interleaved_args(record_path: Path, settings: dict, sources: list[str], rounds: int):
+    """`nox -s ab`'s arguments for reproduce --interleaved: A the record's own stack, B
+    today's (HEAD), the record's cases and settings on both, in `rounds` paired rounds, so
+    the run level between them cancels instead of being assumed."""
+    args = [str(record_path), "HEAD", "--rounds", str(rounds)]
+    for name in ("preset", "steps", "warmup"):
+        if settings.get(name) is not None:
+            args += [f"--{name}", str(settings[name])]
+    args += ["--cases", json.dumps(settings["cases"])] if settings.get("cases") else []
+    flags = (settings.get("options") or {}).get("xla_flags")
+    args += [f"--a-xla-flags={flags}", f"--b-xla-flags={flags}"] if flags else []
+    return args + [arg for source in sources for arg in ("--outside", source)]
 
 
 def read_step_record(prog: str, path: Path) -> tuple[dict, dict, dict]:

@@ -201,19 +201,38 @@ def test_a_package_given_twice_is_refused(checkout, tmp_path):
 
 
 def test_reproduce_takes_a_record_and_its_outside_sources(capsys):
-    record, sources = reproduce.parse_reproduce(
+    record, sources, rounds = reproduce.parse_reproduce(
         ["r.json", "--outside", "a@HEAD", "--outside=b.whl"]
     )
-    assert (record, sources) == (Path("r.json"), ["a@HEAD", "b.whl"])
+    assert (record, sources, rounds) == (Path("r.json"), ["a@HEAD", "b.whl"], None)
+    assert reproduce.parse_reproduce(["r.json", "--interleaved", "5"])[2] == 5
     for argv, message in [
         ([], "takes one step record (a JSON file), got 0"),
-        (["r.json", "--outside"], "--outside needs a source"),
+        (["r.json", "--outside"], "--outside needs a value"),
+        (["r.json", "--interleaved", "1"], "--interleaved '1' is not a number of rounds >= 2"),
         (["r.json", "--other", "x"], "unrecognized argument --other"),
     ]:
         with pytest.raises(SystemExit) as exit_:
             reproduce.parse_reproduce(argv)
         assert exit_.value.code == 2
         assert message in capsys.readouterr().err
+
+
+def test_reproduce_interleaved_is_ab_of_the_records_stack_and_todays():
+    """reproduce --interleaved N: A the record (its stack), B HEAD, the record's cases,
+    steps and XLA flags on both sides, its outside sources on both, N rounds."""
+    ab = load("ab")
+    settings = {"preset": "cpu-smoke", "steps": 20, "warmup": 2,
+                "cases": [{"architecture": "uvit", "batch": 8}],
+                "options": {"xla_flags": "--xla_backend_optimization_level=0"}}  # fmt: skip
+    argv = reproduce.interleaved_args(Path("r.json"), settings, ["pkg@HEAD"], 5)
+    args = ab.parse_ab(argv)
+    assert (args.a, args.b, args.rounds, args.preset) == ("r.json", "HEAD", 5, "cpu-smoke")
+    assert args.cases == settings["cases"] and (args.steps, args.warmup) == (20, 2)
+    assert args.xla_flags == {"A": "--xla_backend_optimization_level=0"} | {
+        "B": "--xla_backend_optimization_level=0"
+    }
+    assert args.outside == {"A": ["pkg@HEAD"], "B": ["pkg@HEAD"]}
 
 
 def test_ab_gives_outside_sources_to_both_sides_or_one_and_takes_steps():
