@@ -116,3 +116,22 @@ def test_a_comparison_with_no_comparable_row_gives_no_verdict(pinned_noise):
     assert report.summary(cmp).startswith(
         "INCONCLUSIVE: nothing compared: no row of the run has a comparable"
     )
+
+
+def test_on_a_terminal_the_step_table_fits_its_width_with_warnings_as_notes():
+    """Issue 42: the README's example printed lines of 154-302 characters with the warnings
+    as prose in a column; on a terminal it fits, the warnings numbered under it."""
+    record = read_run(RUNS / "20261203T072630Z-cpu-smoke-two-cpu-d90a3f0" / "step.json")
+    text = tables.step_table(record.rows, "tsv")
+    assert max(len(line) for line in text.splitlines()) > 150  # what a pipe still gets
+    headers = tables.step_table(record.rows, "md").splitlines()[0]
+    body = [row.split("\t") for row in text.splitlines()[1:]]
+    for width in (120, 100, 80):
+        shown = tables.terminal_table(headers.strip("| ").split(" | "), body, width)
+        lines = shown.splitlines()
+        table_lines = [line for line in lines if not line.startswith(("[", "("))]
+        assert max(len(line) for line in table_lines) <= width, (width, shown)
+        assert lines[0].startswith("architecture") and "notes" in lines[0]
+        assert "[1] wide spread: the steps vary by 15% (CV)" in lines
+    assert "left out to fit 80 columns: sample" in shown
+    assert tables.for_terminal("md") == "md" and tables.for_terminal("auto") == "tsv"  # a pipe

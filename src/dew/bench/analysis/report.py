@@ -144,11 +144,21 @@ def comparison(cmp: Comparison, run: BenchmarkRun, ref: BenchmarkRun, fmt: str =
     absent = [r.label for r in cmp.rows if r.run is None]
     if absent:
         out.append(f"Reference rows not in this run: {', '.join(absent)}.\n")
-    notes = [f"- {r.label}: {n}" for r in cmp.rows for n in r.notes]
+    notes = grouped_notes(cmp.rows)
     if notes:
         out += ["Notes:", *notes, ""]
     out += [f"{h}Verdict", "", summary(cmp), ""]
     return "\n".join(out)
+
+
+def grouped_notes(rows: list[RowComparison]) -> list[str]:
+    """One line per note, naming every row it is about (the same cause once, not a line
+    per row), in the order the notes first appear."""
+    by_note: dict[str, list[str]] = {}
+    for row in rows:
+        for note in row.notes:
+            by_note.setdefault(note, []).append(row.label)
+    return [f"- {', '.join(labels)}: {note}" for note, labels in by_note.items()]
 
 
 def summary(cmp: Comparison) -> str:

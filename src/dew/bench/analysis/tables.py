@@ -4,6 +4,12 @@ step_table(rows, fmt)      the step benchmark's table, columns as in the seed
                            (compile_only=True: the --compile-only columns)
 data_table(rows, fmt)      the loader benchmark's table
 table(headers, rows, fmt)  any table: "tsv" (the seed's layout), "md", or "aligned"
+for_terminal(fmt)          "terminal" on a terminal for --format auto, else the seed's tsv
+
+The "terminal" step table fits the terminal's width (shutil.get_terminal_size, COLUMNS):
+aligned, each row's warnings as numbered notes under it (one note for the rows it is
+about), and the columns that do not fit left out and named; files and pipes get the
+seed's tab-separated layout (or what --format asks).
 
 Figures (a row with its interval, compare --plot, the site) are dew.bench.analysis.plots's;
 a comparison's report is dew.bench.analysis.report's.
@@ -19,6 +25,9 @@ from dew.bench.record.schema import BenchmarkRun, DataRow, StepRow
 from dew.bench.record.stack import NOT_RECORDED
 
 FORMATS = ("tsv", "md", "aligned")
+# Left out first when a terminal is too narrow: the least read, the row's name never.
+NARROW_DROPS = ("sample", "p10 / p50 / p90 ms", "compile s", "params", "peak GiB", "util",
+                "GFLOP/step", "samples/s", "batch")  # fmt: skip
 MISSING = "—"
 COLUMN_NAMES = {  # a record field as a comparison names it
     "ms_per_step": "ms/step",
@@ -126,7 +135,58 @@ def step_table(rows: Sequence[StepRow], fmt: str = "tsv", *, compile_only: bool 
         )
     headers = list(COMPILE_HEADERS if compile_only else STEP_HEADERS)
     headers, body = _noise_columns(rows, body, headers, compile_only)
+    if fmt == "terminal":
+        return terminal_table(headers, body)
     return table(headers, body, fmt)
+
+
+def for_terminal(fmt: str) -> str:
+    """--format auto: "terminal" when stdout is one, else the seed's "tsv"."""
+    import sys
+
+    if fmt != "auto":
+        return fmt
+    return "terminal" if sys.stdout.isatty() else "tsv"
+
+
+def terminal_table(headers: list[str], body: list[list[str]], width: int | None = None) -> str:
+    """The step table for a terminal of `width` columns (default: this one's): warnings as
+    numbered notes, and the columns that would not fit left out, said below."""
+    import shutil
+
+    width = width or shutil.get_terminal_size((120, 24)).columns
+    headers, body = list(headers), [list(cells) for cells in body]
+    notes: dict[str, int] = {}
+    if "warnings" in headers:
+        at = headers.index("warnings")
+        headers[at] = "notes"
+        for cells in body:
+            if len(cells) > at:
+                said = [w for w in cells[at].split("; ") if w]
+                refs = [notes.setdefault(w, len(notes) + 1) for w in said]
+                cells[at] = " ".join(f"[{n}]" for n in refs)
+    dropped = []
+    for name in NARROW_DROPS:
+        if _aligned_width(headers, body) <= width or name not in headers:
+            continue
+        at = headers.index(name)
+        headers.pop(at)
+        for cells in body:
+            if len(cells) > at and not cells[at].startswith("failed: "):
+                cells.pop(at)
+        dropped.append(name)
+    text = table(headers, body, "aligned")
+    for note, n in notes.items():
+        text += f"[{n}] {note}\n"
+    if dropped:
+        text += (f"(left out to fit {width} columns: {', '.join(dropped)}; --format md or the "
+                 "record has every column)\n")  # fmt: skip
+    return text
+
+
+def _aligned_width(headers: list[str], body: list[list[str]]) -> int:
+    first = table(headers, body, "aligned").splitlines()[1]  # the rule under the header
+    return len(first)
 
 
 def _noise_columns(rows, body, headers, compile_only):

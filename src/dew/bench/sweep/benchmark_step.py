@@ -55,8 +55,9 @@ class Args(Options):
     """continue --json-out: keep its rows, run only the cases not ok in it yet"""
     overwrite: bool = False
     """replace an existing --json-out"""
-    format: Literal["tsv", "md"] = "tsv"
-    """the table on stdout: the seed's tab-separated layout or Markdown"""
+    format: Literal["auto", "tsv", "md"] = "auto"
+    """the table on stdout: auto is aligned to the terminal's width on a terminal (warnings
+    as numbered notes) and the seed's tab-separated layout for a file or pipe; or Markdown"""
     idle_check: Literal["error", "warn", "off"] = "warn"
     """sample the host before measuring: refuse (error), warn, or skip the check"""
     lock_clocks: Literal["base", "max", "off"] = "off"
@@ -235,6 +236,7 @@ def _main(argv: list[str], held: contextlib.ExitStack) -> int:
     from dew.train import distributed
 
     args = cli.parse(Args, argv, prog="tools/benchmark_step.py")
+    fmt = report.for_terminal(args.format)
     options, cases = options_from(args)
     check_outputs(args)
     preflight.check_cases(cases, options.preset)
@@ -294,12 +296,10 @@ def _main(argv: list[str], held: contextlib.ExitStack) -> int:
         cli.say(PROG, str(refusal).removeprefix("error: "))
         return cli.EXIT_CHANGED
     except step.RecordNotWritten as failure:  # what the record could not take: on stdout
-        print(
-            report.step_table(failure.rows, args.format, compile_only=options.compile_only), end=""
-        )
+        print(report.step_table(failure.rows, fmt, compile_only=options.compile_only), end="")
         raise
     if leader:  # process 0 prints the table for the run
         rows = [row for row in record.rows if row.key() in {case.key() for case in cases}]
-        print(report.step_table(rows, args.format, compile_only=options.compile_only), end="")
-        print(report.phase_totals(rows, args.format), end="")
+        print(report.step_table(rows, fmt, compile_only=options.compile_only), end="")
+        print(report.phase_totals(rows, "md" if fmt == "terminal" else fmt), end="")
     return step.exit_code(record, cases)
