@@ -67,8 +67,9 @@ POD_FIELDS = {
     "DEW_JOBSET_NAME": f"metadata.labels['{JOBSET_LABEL}']",
 }
 JAX_DETECTION_NEEDS = (
-    "--detection jax: the image must hold the `kubernetes` package (jax[k8s]); dew's "
-    "images do not (each pod would stop in one line): give them --detection env"
+    "--detection jax: the image must hold the `kubernetes` package (jax[k8s]); dew's CUDA "
+    "images do (locks/cuda12.txt, cuda13.txt), another image without it stops each pod in "
+    "one line: give that one --detection env"
 )
 COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 
