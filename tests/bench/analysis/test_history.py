@@ -100,3 +100,17 @@ def test_the_committed_cache_is_the_fit_of_results():
         "results/noise-history.json: python -m dew.bench.analysis.history --write"
     )
     assert cached["kinds"] == json.loads(json.dumps(history.fit(history.read(history.HISTORY))))
+
+
+def test_levels_are_pooled_unclipped_and_read_as_0_only_after(tmp_path):
+    """Issue 40: each row's run variance was clipped at 0 before pooling, so noisy
+    negative estimates could only push the pool up. A group that reads -x and one that
+    reads +x pool to about 0 now; clipping first would keep +x/2."""
+    pooled = history.Estimate()
+    pooled.add(-0.0004, 10)
+    pooled.add(0.0004, 10)
+    assert pooled.var == pytest.approx(0.0) and pooled.df == 20
+    clipped = history.Estimate()
+    clipped.add(max(0.0, -0.0004), 10)
+    clipped.add(0.0004, 10)
+    assert clipped.var == pytest.approx(0.0002)  # what the old pooling made of the same
