@@ -26,7 +26,8 @@ def test_pyproject_pins_the_published_stack_exactly():
     for name, version in PUBLISHED.items():
         assert pins[name] == version
     for extra in ("cuda12", "cuda13"):
-        assert project["optional-dependencies"][extra] == [f"jax[{extra}]==0.11.1"]
+        # k8s: JAX's Kubernetes client, for the manifests' default detection
+        assert project["optional-dependencies"][extra] == [f"jax[{extra},k8s]==0.11.1"]
 
 
 def test_the_locks_are_the_three_measured_stacks_and_the_host_venv():

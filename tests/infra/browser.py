@@ -37,6 +37,7 @@ from pathlib import Path
 
 from dew.bench.common.cli import UsageError
 from dew.bench.common.files import atomic_write, check_output_file
+from dew.bench.runtime.sockets import make_folder
 
 PROG = "python tests/infra/browser.py"
 CHROMIUM = ("DEW_CHROMIUM", ("chromium", "chromium-browser", "google-chrome"))
@@ -111,7 +112,11 @@ class Browser:
         # The console and the network: the browser log has the errors, the performance log
         # DevTools' Network events.
         options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
-        service = Service(executable_path=self.chromedriver)
+        # Chromium binds its singleton socket in TMPDIR: under a long one (a SLURM job's
+        # scratch, a deep pytest base) it cannot start. Its TMPDIR is a short folder.
+        self.scratch = make_folder()
+        service = Service(executable_path=self.chromedriver,
+                          env={**os.environ, "TMPDIR": self.scratch})  # fmt: skip
         try:
             self.driver = webdriver.Chrome(options=options, service=service)
         except WebDriverException as error:
@@ -125,6 +130,9 @@ class Browser:
         if self.driver is not None:
             self.driver.quit()
             self.driver = None
+        if getattr(self, "scratch", None):
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            self.scratch = None
 
     def open(self, page: Path) -> Page:
         """Load `page` (a file) in the window, returning once its load event has fired.
