@@ -55,9 +55,10 @@ SKIPPED_DIRS = {"schema", "site"}
 # --- reading the history -------------------------------------------------------------------
 
 
-def _figures(row: dict) -> list[float]:
-    """A row's repeat figures as times (ms per step, or per batch for the loader)."""
-    if row.get("status") != "ok" or not row.get("repeats"):
+def _figures(row: dict, *, failed_too: bool = False) -> list[float]:
+    """A row's repeat figures as times (ms per step, or per batch for the loader); a failed
+    row's none (its ok repeats too, with `failed_too`: what it measured, to tell copies)."""
+    if (row.get("status") != "ok" and not failed_too) or not row.get("repeats"):
         return []
     figures = []
     for repeat in row["repeats"]:
@@ -134,7 +135,7 @@ def _distinct(records: list[tuple[str, dict]]) -> list[tuple[str, dict]]:
     stays; of two equal ones, the first path)."""
     sets = [
         {(str(r.get("architecture")), json.dumps(r.get("case")), round(f, 9))
-         for r in rec["rows"] for f in _figures(r)}
+         for r in rec["rows"] for f in _figures(r, failed_too=True)}
         for _, rec in records
     ]  # fmt: skip
     kept = []
