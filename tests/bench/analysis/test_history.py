@@ -114,3 +114,14 @@ def test_levels_are_pooled_unclipped_and_read_as_0_only_after(tmp_path):
     clipped.add(max(0.0, -0.0004), 10)
     clipped.add(0.0004, 10)
     assert clipped.var == pytest.approx(0.0002)  # what the old pooling made of the same
+
+
+def test_a_round_inside_a_side_whose_row_failed_still_counts_once(tmp_path):
+    """An A/B side's row fails when one of its rounds died; its other rounds' figures are
+    still in it, so the round records are copies, not A/A records of their own."""
+    side = _record({"a": [1.0, 1.1, 1.2]})
+    side["rows"][0]["status"] = "failed"
+    round_ = _record({"a": [1.1]})
+    (tmp_path / "side.json").write_text(json.dumps(side))
+    (tmp_path / "round.json").write_text(json.dumps(round_))
+    assert [p.split("/")[-1] for p, _ in history.read(tmp_path)] == ["side.json"]
