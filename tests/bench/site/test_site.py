@@ -369,3 +369,31 @@ def test_no_interval_from_one_repeat(records, capsys):
     latest = _latest((out / "index.html").read_text())
     assert latest["simple_dit", "cpu ×8"][0].endswith("(2)")
     assert latest["uvit", "cpu ×8"][0] == "—"
+
+
+def test_a_comparison_on_the_front_page_names_its_outcome(records, capsys):
+    """Issue 40: the site uses compare's three words. A comparison's JSON of today's compare
+    is listed with its outcome; an older one's (another rule) with its path alone."""
+    import subprocess
+    import sys
+
+    others = records / "runs" / "others"
+    others.mkdir()
+    old = others / "old-compare.json"
+    old.write_bytes((RUN_DIR / "compare.json").read_bytes())
+    new = others / "compare.json"
+    published = ROOT / "results" / "published"
+    pair = [published / "2026-09-05-rtx4080-9886c20-rerun.json",
+            published / "2026-09-02-rtx4080-6b0f119-small.json"]  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "dew.bench.analysis.compare", *map(str, pair), "--format",
+         "json"], capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 3, done.stderr  # INCONCLUSIVE
+    new.write_text(done.stdout)
+    out = records.parent / "site"
+    assert build.main([str(records), "--out", str(out)]) == 0
+    index = (out / "index.html").read_text()
+    lead = index[index.index('<p class="lead">') : index.index("</p>")]
+    assert f"{new}: INCONCLUSIVE" in lead
+    assert f"{old})" in lead or f"{old}," in lead  # no word from an older rule

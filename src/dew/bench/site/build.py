@@ -74,7 +74,7 @@ class Summary:
     changes: int
     skipped: list[str]
     empty: list[Path]
-    others: dict[str, list[Path]] = dataclasses.field(default_factory=dict)  # not records
+    others: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # not records
     seconds: float = 0.0
     dirs: list[str] = dataclasses.field(default_factory=list)
 

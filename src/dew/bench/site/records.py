@@ -88,7 +88,19 @@ class Loaded:
     entries: list[Entry]
     skipped: list[str]  # one line per file that claims to be a record and is not a valid one
     empty: list[Path]  # given directories that held no record file at all
-    others: dict[str, list[Path]] = dataclasses.field(default_factory=dict)  # kind -> files
+    others: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # kind -> files
+
+
+OUTCOMES = ("REPRODUCED", "NOT REPRODUCED", "INCONCLUSIVE")  # compare's, in its JSON
+
+
+def other_label(path: Path, kind: str, value: dict) -> str:
+    """How the front page names a JSON file that is not a record: its path, and for a
+    comparison the outcome it reached (compare's three words; an older compare's JSON
+    has none, and its summary's word came from another rule, so none is shown)."""
+    if kind == "comparison" and value.get("outcome") in OUTCOMES:
+        return f"{path}: {value['outcome']}"
+    return str(path)
 
 
 def json_kind(value: dict) -> str | None:
@@ -135,7 +147,7 @@ def load_all(directories: list[Path], exclude: Path | None = None) -> Loaded:
             raise UsageError(f"DIRS {directory} is not a directory; give directories of records")
     excluded = exclude.resolve() if exclude is not None else None
     entries, skipped, empty, seen, taken = [], [], [], set(), set()
-    others: dict[str, list[Path]] = {}
+    others: dict[str, list[str]] = {}
     for directory in directories:
         paths = record_files(directory, excluded)
         claimed = 0
@@ -149,10 +161,11 @@ def load_all(directories: list[Path], exclude: Path | None = None) -> Loaded:
                 skipped.append(one_line(error))
                 claimed += 1
                 continue
-            kind = json_kind(json.loads(text))
+            value = json.loads(text)
+            kind = json_kind(value)
             if kind != "record":
                 if kind is not None:
-                    others.setdefault(kind, []).append(path)
+                    others.setdefault(kind, []).append(other_label(path, kind, value))
                 continue
             claimed += 1
             record, errors = check_text(text)
