@@ -12,6 +12,7 @@ site, CI); its fields are listed in docs/reproducing.md.
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Any
 
 from dew.bench.analysis.comparison import Comparison, RowComparison
@@ -213,7 +214,34 @@ def _what_decides(cmp: Comparison) -> str:
         said += f"no number of repeats (the runs' levels alone keep it above {floor:.0%})"
     if all(n is not None for n in rounds):
         said += f", or {max(rounds)} interleaved rounds (nox -s ab: the run levels cancel)"
-    return said
+    return said + "." + _what_shows_same(tested, cmp.band / 100)
+
+
+MOST = 1000  # repeats or rounds searched for what would show the rows the same
+
+
+def _what_shows_same(tested: list[RowComparison], band: float) -> str:
+    """The repeats a side (two records) and the interleaved rounds after which a row with
+    no change would show its 90% interval inside the band: what REPRODUCED would take."""
+    from dew.bench.analysis.judge import EQUIVALENCE
+
+    z = statistics.NormalDist().inv_cdf(0.5 + EQUIVALENCE / 2)
+    limit = math.log1p(band)
+
+    def fewest(fixed: float, var: float) -> int | None:
+        return next((n for n in range(2, MOST + 1) if z * math.sqrt(fixed + 2 * var / n) < limit),
+                    None)  # fmt: skip
+
+    repeats = [fewest(2 * (r.noise.run**2 + r.noise.shift**2), r.detect.var) for r in tested]
+    rounds = [fewest(0.0, r.detect.var) for r in tested]
+    said = f" To show every row the same within ±{band:.0%}: "
+    if all(n is not None for n in repeats):
+        said += f"{max(repeats)} repeats a side"
+    else:
+        spread = max(z * math.sqrt(2 * (r.noise.run**2 + r.noise.shift**2)) for r in tested)
+        said += f"no number of repeats (the runs' levels alone span ±{math.expm1(spread):.0%})"
+    shown = "more than 1000" if None in rounds else str(max(rounds))
+    return said + f", or {shown} interleaved rounds."
 
 
 # --- JSON ---------------------------------------------------------------------------------
