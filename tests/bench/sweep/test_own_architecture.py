@@ -277,7 +277,7 @@ def test_a_package_from_a_temporary_folder_runs_and_is_named_in_the_record(packa
         [sys.executable, "-m", "dew.bench.analysis.compare", second, first, "--format", "text"],
         cwd=REPO, env=environment(), capture_output=True, text=True,
     )  # fmt: skip
-    assert done.returncode in (0, 1), done.stderr[-2000:]
+    assert done.returncode in (0, 1, 3), done.stderr[-2000:]  # 3: INCONCLUSIVE
     stack = next(line for line in done.stdout.splitlines() if f"package {DIST}" in line)
     assert "0.2.0" in stack and "0.1.0" in stack, done.stdout
     assert f"outside {DIST} commit" in done.stdout  # recorded on one side only
