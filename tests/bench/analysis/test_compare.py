@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dew.bench.analysis import compare, comparison, noise
+from dew.bench.analysis import compare, comparison, noise, report
 from dew.bench.record.schema import read_run, write_run
 
 PUBLISHED = Path(__file__).resolve().parents[3] / "results" / "published"
@@ -506,3 +506,17 @@ def test_an_xla_flag_set_by_the_tool_is_a_stack_difference(capsys):
     assert compare.main([str(o0), str(default)]) in (1, 3)
     stack = capsys.readouterr().out.split("### Stack differences")[1].split("### Rows")[0]
     assert "| option xla_flags | --xla_backend_optimization_level=0 | unset |" in stack
+
+
+def test_the_summarys_percentages_are_the_judged_ratios():
+    """The verdict line's "+x%" beside a changed row is the ratio its interval and verdict
+    judged (of the repeats' geometric means), not the ratio of the medians (issue 40: the
+    old summary read "+37.6%" beside a judged 1.363)."""
+    cmp = comparison.compare(read_run(OPT0), read_run(AA2_A), noise=QUIET)
+    line = report.summary(cmp)
+    changed = [r for r in cmp.counted if r.changed]
+    assert changed, line
+    for r in changed:
+        assert f"{r.label} {r.verdict} ({r.difference.ratio - 1:+.1%})" in line, line
+    medians = {r.label: r.run.ms_per_step / r.reference.ms_per_step for r in changed}
+    assert any(f"{medians[r.label] - 1:+.1%}" != f"{r.difference.ratio - 1:+.1%}" for r in changed)
