@@ -4,6 +4,7 @@ past its deadline is killed and its row fails, as does one that dies, and the sw
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -65,7 +66,12 @@ def cache(tmp_path_factory):
 def _watchdog(pid: int, seconds: float = 120) -> threading.Timer:
     """Kill `pid` after `seconds`: a deadline that does not work fails a test (a death, not
     a timeout), never hangs it."""
-    timer = threading.Timer(seconds, lambda: os.kill(pid, signal.SIGKILL))
+
+    def kill() -> None:
+        with contextlib.suppress(ProcessLookupError):  # it ended on its own: nothing to do
+            os.kill(pid, signal.SIGKILL)
+
+    timer = threading.Timer(seconds, kill)
     timer.daemon = True
     timer.start()
     return timer
