@@ -203,7 +203,7 @@ def test_loader_records_compare_on_throughput():
     # The interval is shown in the throughput's own direction: inverted.
     from dew.bench.analysis import report
 
-    _, low, high = report.shown_estimate(cmp.rows[1], cmp.timing)
+    _, low, high = report.shown_estimate(cmp.rows[1], cmp.rate)
     assert low < 0.5 < high < 1 / 1.05
 
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 
 from dew.bench.analysis import tables as report
+from dew.bench.analysis.kinds.step import STEP
 from dew.bench.analysis.matching import GFLOP_TOLERANCE, match_rows, same_gflop
 from dew.bench.record.schema import BenchmarkRun, StepRow
 
@@ -54,7 +55,8 @@ class ParityRow:
 
 def check(run: BenchmarkRun, reference: BenchmarkRun) -> list[ParityRow]:
     """One ParityRow per row of either record, in compare's order."""
-    return [_check_row(a, b, note) for a, b, note in match_rows(run.rows, reference.rows)]
+    pairs = match_rows(run.rows, reference.rows, STEP.partner)
+    return [_check_row(a, b, note) for a, b, note in pairs]
 
 
 def _check_row(ours: StepRow | None, published: StepRow | None, note: str | None) -> ParityRow:
