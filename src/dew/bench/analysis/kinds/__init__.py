@@ -43,7 +43,7 @@ class Kind(Protocol):
     ratio_fields: ClassVar[tuple[str, ...]]
     rates: ClassVar[frozenset[str]] = frozenset()  # timings where higher is faster
     charted: ClassVar[bool] = False  # its timed rows are the site's series per architecture
-    judged_against_steps: ClassVar[bool] = False  # the site's keep-up verdict (a loader)
+    feeds_steps: ClassVar[bool] = False  # its rows feed a step: the site's keep-up verdicts
 
     @property
     def timing(self) -> str:

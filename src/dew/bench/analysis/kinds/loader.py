@@ -20,7 +20,7 @@ class LoaderKind(Kind):
         "samples_per_s", "p50_ms", "p95_ms", "first_batch_s",
     )  # fmt: skip
     rates: ClassVar[frozenset[str]] = frozenset({"samples_per_s"})
-    judged_against_steps: ClassVar[bool] = True
+    feeds_steps: ClassVar[bool] = True
 
     def figures(self, row: DataRow, timing: str) -> list[float]:
         """ms per batch of each repeat (the row's own samples/s without repeats)."""
