@@ -21,6 +21,7 @@ class LoaderKind(Kind):
     )  # fmt: skip
     rates: ClassVar[frozenset[str]] = frozenset({"samples_per_s"})
     feeds_steps: ClassVar[bool] = True
+    settings_in_rows: ClassVar[bool] = True
 
     def figures(self, row: DataRow, timing: str) -> list[float]:
         """ms per batch of each repeat (the row's own samples/s without repeats)."""
