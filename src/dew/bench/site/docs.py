@@ -11,8 +11,9 @@ it comes from; everything between them is this command's output:
 Kinds: `KIND RECORD` for a record of a benchmark kind, its table
 (dew.bench.analysis.kinds: `step RECORD`, the step tool's, a compile-only record with its
 columns; `data RECORD`, the loader tool's), and `parity RUN REFERENCE` (the parity table
-that `python -m dew.bench.analysis.compare RUN REFERENCE` prints for a compile-only run). Paths are
-relative to the repository root (the directory holding pyproject.toml above the file).
+that `python -m dew.bench.analysis.compare_command RUN REFERENCE` prints for a compile-only
+run). Paths are relative to the repository root (the directory holding pyproject.toml above
+the file).
 
 A figure in the docs must come from a clean commit: a record made on a dirty tree
 (`environment.code.dirty` true: its change is in no commit, and `nox -s reproduce` refuses
