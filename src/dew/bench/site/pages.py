@@ -175,7 +175,7 @@ def keep_up(step_entry: Entry, row: StepRow, data_entries: list[Entry]) -> str:
     """The newest loader record's verdict on this row (its fastest configuration at the
     row's image size), or why there is none."""
     for data in reversed(data_entries):
-        step_rows = [r for r in step_entry.record.rows if isinstance(r, StepRow)]
+        step_rows = step_entry.record.rows  # a charted record's: the step's rows
         best = None
         for loader_row in data.record.rows:
             if loader_row.status != "ok" or not loader_row.samples_per_s:

@@ -23,13 +23,14 @@ kind with one timing field, no compiled program and no chart needs.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import pkgutil
 from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar, Protocol
 
 from dew.bench.analysis import tables
-from dew.bench.record.schema import BenchmarkRun, Record, register_rows
+from dew.bench.record.schema import BenchmarkRun, Record, register_rows, unregister_rows
 
 
 class Kind(Protocol):
@@ -129,6 +130,9 @@ class Registry(Mapping[str, Kind]):
     def add(self, kind: Kind) -> None:
         self._kinds[kind.name] = kind
 
+    def remove(self, name: str) -> None:
+        self._kinds.pop(name, None)
+
 
 KINDS = Registry()
 
@@ -138,3 +142,14 @@ def register(kind: Kind) -> Kind:
     register_rows(kind.name, kind.row_model)
     KINDS.add(kind)
     return kind
+
+
+@contextlib.contextmanager
+def registered(kind: Kind) -> Iterator[Kind]:
+    """`kind` registered for the block only (a test's own kind), then forgotten."""
+    register(kind)
+    try:
+        yield kind
+    finally:
+        KINDS.remove(kind.name)
+        unregister_rows(kind.name)

@@ -66,6 +66,7 @@ from dew.bench.record.schema.row_models import (
     Rows,
     register_rows,
     row_kind,
+    unregister_rows,
 )
 from dew.bench.record.schema.rows import (
     PHASES,
@@ -85,10 +86,10 @@ __all__ = [
     "BenchmarkRun", "Code", "Container", "DataRepeat", "DataRow", "Devices", "Environment",
     "Fingerprint", "GpuInfo", "GpuReading", "GpuTelemetry", "GpuWindow", "Host", "IdleCheck",
     "Interval", "JsonScalar", "KubernetesPod", "NonNegFloat", "NonNegInt", "PHASES", "Phase",
-    "ProcessInfo", "ProcessReading", "ROW_MODELS", "Record", "RowBase", "Rows", "Scheduler",
-    "Settings", "SlurmJob", "StepRepeat", "StepRow", "dump_run", "export",
+    "KindName", "ProcessInfo", "ProcessReading", "ROW_MODELS", "Record", "RowBase", "Rows",
+    "Scheduler", "Settings", "SlurmJob", "StepRepeat", "StepRow", "dump_run", "export",
     "is_recordable_env_flag", "json_schemas", "read_run", "register_rows", "row_kind",
-    "write_run",
+    "unregister_rows", "write_run",
 ]  # fmt: skip
 
 # 2: raw samples (`repeats`: per-step synced times, per-batch intervals), `ms_per_step_ci95`,

@@ -1,5 +1,6 @@
 """Which row model each kind of record holds: `ROW_MODELS` (kind -> model) and
-`register_rows`, so that a new benchmark kind's rows validate without a branch here.
+`register_rows` (`unregister_rows`), so that a new benchmark kind's rows validate without
+a branch here.
 
 A row model derives from `RowBase` and declares its identity first: the first field
 (`architecture`, `dataset`) is the one only its rows have, and tells a raw row's kind
@@ -32,6 +33,12 @@ def register_rows(kind: str, model: type[Record]) -> None:
         raise ValueError(f"{model.__name__}'s first field {identity(model)!r} is another "
                          "kind's identity: a raw row's kind could not be told")  # fmt: skip
     ROW_MODELS[kind] = model
+    _rows_adapter.cache_clear()
+
+
+def unregister_rows(kind: str) -> None:
+    """Records of `kind` no longer validate (a kind registered for a while: a test's)."""
+    ROW_MODELS.pop(kind, None)
     _rows_adapter.cache_clear()
 
 
