@@ -2,10 +2,10 @@
 
 Per row the ratios run / reference of its kind's ratio fields (dew.bench.analysis.kinds:
 the step's ms/step, p50, samples/s, util and peak GiB; the loader's samples/s, p50, p95,
-first batch). For the kind's timing (ms/step; the loader's ms per batch) the rows are judged
-together by dew.bench.analysis.judge at the noise of their
-device kind (dew.bench.analysis.history: fitted from the records' own A/A history, or a
-stated weak prior): the ratio of the geometric means of each row's repeats with its 95%
+first batch). For the kind's timing (ms/step; the loader's ms per batch) the rows are
+judged together by dew.bench.analysis.judge at the noise of their device kind
+(dew.bench.analysis.history: fitted from the records' own A/A history, or a stated weak
+prior): the ratio of the geometric means of each row's repeats with its 95%
 interval, the whole run's shift (the median of the rows' ratios, 3 rows or more) on its
 own line, each row's change against it, Holm-Bonferroni over the shift and the rows, and
 a word: `faster`/`slower` (beyond the band and significant), `same` (the whole change's
