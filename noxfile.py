@@ -149,7 +149,7 @@ def validate(session: nox.Session) -> None:
 def compare(session: nox.Session) -> None:
     """Hold a run against a reference: `nox -s compare -- RUN.json [REFERENCE.json] ...`."""
     install_locked(session)
-    session.run("python", "-m", "dew.bench.analysis.compare", *session.posargs)
+    session.run("python", "-m", "dew.bench.analysis.compare_command", *session.posargs)
 
 
 @nox.session(python=PYTHON)

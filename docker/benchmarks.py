@@ -164,14 +164,14 @@ def compare_with_published(runner: Runner, run_dir: Path, reference=None) -> Non
     step_json = run_dir / "step.json"
     refs = [runner.path(reference)] if reference else []
     runner.python(
-        "-m", "dew.bench.analysis.compare", runner.path(step_json), *refs,
+        "-m", "dew.bench.analysis.compare_command", runner.path(step_json), *refs,
         "--plot", runner.path(run_dir / "compare.png"),
         stdout_to=run_dir / "compare.md", success_codes=(0, 1, 3),
     )  # fmt: skip
     # The same comparison for machines (CI, a dashboard): one JSON object.
     runner.python(
-        "-m", "dew.bench.analysis.compare", runner.path(step_json), *refs, "--format", "json",
-        stdout_to=run_dir / "compare.json", success_codes=(0, 1, 3),
+        "-m", "dew.bench.analysis.compare_command", runner.path(step_json), *refs,
+        "--format", "json", stdout_to=run_dir / "compare.json", success_codes=(0, 1, 3),
     )  # fmt: skip
     # Exit 1 is also Python's own for a failure (an import, a traceback): a table is the
     # sign compare ran.

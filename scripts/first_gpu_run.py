@@ -296,7 +296,7 @@ def run(args: dict) -> int:
 
     installed = install(args, log)
     probe = "import dew.bench.sweep.benchmark_step, dew.bench.loader.benchmark_data"
-    probe += ", dew.bench.analysis.compare, dew.bench.record.validate"
+    probe += ", dew.bench.analysis.compare_command, dew.bench.record.validate"
     probe += ", dew.data.pipeline, dew.telemetry.nvml"
     try:
         done = subprocess.run([sys.executable, "-c", probe], env=environment(args), cwd=REPO,
@@ -384,7 +384,8 @@ def run(args: dict) -> int:
 
     seconds = timeout("compare")
     if record is not None and seconds is not None:
-        compare = ["-m", "dew.bench.analysis.compare", str(out / "step.json"), "--format", "md"]
+        compare = ["-m", "dew.bench.analysis.compare_command", str(out / "step.json"),
+                   "--format", "md"]  # fmt: skip
         code = tool(args, "compare", compare, table="compare.md", timeout=seconds)
         said = {0: "ok: reproduced", 1: "ok: differences found", 3: "ok: inconclusive"}
         said = said.get(code, verdict(code))

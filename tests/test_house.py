@@ -1,6 +1,6 @@
 """The house's rules, checked on the tree itself: the import contract of pyproject.toml
-(layers, no circles, a schema that validates anywhere), modules of at most 450 lines and
-folders of at most 16 modules."""
+(layers, no circles, a schema that validates anywhere, benchmark kinds free of frameworks),
+modules of at most 450 lines and folders of at most 16 modules."""
 
 from __future__ import annotations
 
@@ -42,6 +42,8 @@ def test_the_import_contract_holds():
         ("bench/record/schema/base.py", "import dew.bench.record.capture"),
         # models knowing of training
         ("models/registry.py", "import dew.train.trainer"),
+        # a benchmark kind pulling in a framework (the kinds are plain data and statistics)
+        ("bench/analysis/kinds/step.py", "import jax"),
     ],
 )
 def test_the_contract_catches_a_wrong_import(tmp_path, module, line):

@@ -103,7 +103,7 @@ def test_its_architecture_and_step_are_benchmarked_compared_and_on_the_site(inst
 
     done = benchmark(b, env)
     assert done.returncode == 0, done.stderr[-3000:]
-    compare = [sys.executable, "-m", "dew.bench.analysis.compare", b, a]
+    compare = [sys.executable, "-m", "dew.bench.analysis.compare_command", b, a]
     done = run([*compare, "--format", "json"], env)
     # 0, 1 or 3: REPRODUCED, NOT REPRODUCED or INCONCLUSIVE (two runs on a shared host)
     assert done.returncode in (0, 1, 3), done.stderr[-2000:]

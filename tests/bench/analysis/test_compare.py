@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dew.bench.analysis import compare, comparison, noise, report
+from dew.bench.analysis import compare_command, comparison, noise, report
 from dew.bench.record.schema import read_run, write_run
 
 PUBLISHED = Path(__file__).resolve().parents[3] / "results" / "published"
@@ -105,7 +105,7 @@ def test_rows_without_partner_and_failed_rows_are_reported(rerun_vs_first):
 
 def test_cli_markdown_exit_status_columns_and_plot(tmp_path, capsys, pinned_noise):
     png = tmp_path / "chart.png"
-    assert compare.main([str(RERUN), str(FIRST), "--plot", str(png)]) == 3  # INCONCLUSIVE
+    assert compare_command.main([str(RERUN), str(FIRST), "--plot", str(png)]) == 3  # INCONCLUSIVE
     out = capsys.readouterr().out
     assert "| commit | 9886c20 | 6b0f119 |" in out
     assert "| against the shift | p (Holm) | MDE | n for 10% | verdict |" in out
@@ -122,9 +122,10 @@ def test_cli_markdown_exit_status_columns_and_plot(tmp_path, capsys, pinned_nois
     assert re.search(r"To detect 10%: no number of repeats .*, or \d+ interleaved rounds", out)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # --strict makes INCONCLUSIVE a failure; a target above the floor gets a number of repeats.
-    assert compare.main([str(RERUN), str(FIRST), "--strict"]) == 1
+    assert compare_command.main([str(RERUN), str(FIRST), "--strict"]) == 1
     capsys.readouterr()
-    assert compare.main([str(RERUN), str(FIRST), "--target-mde", "200", "--format", "text"]) == 3
+    argv = [str(RERUN), str(FIRST), "--target-mde", "200", "--format", "text"]
+    assert compare_command.main(argv) == 3
     out = capsys.readouterr().out
     assert "n for 200%" in out and "never" not in out.split("Ratios are")[0]
 
@@ -134,12 +135,12 @@ def test_run_against_itself_reproduces_and_default_reference(tmp_path, capsys):
     write_run(copy, read_run(FIRST))
     # The default reference is the newest record of its device kind and preset sharing the
     # most of its cases: 09-02 itself (the 09-05 rerun shares 4 of its 12).
-    assert compare.default_reference(read_run(copy), copy) == FIRST
+    assert compare_command.default_reference(read_run(copy), copy) == FIRST
     # One process a side: the ratio is exactly 1, but a figure of one process is one draw
     # of its run, so "same within 2%" is not shown either: INCONCLUSIVE, never REPRODUCED.
-    assert compare.main([str(copy)]) == 3
+    assert compare_command.main([str(copy)]) == 3
     assert "\nINCONCLUSIVE: 12 comparable rows: 12 undecided" in capsys.readouterr().out
-    assert compare.main([str(copy), "--strict"]) == 1
+    assert compare_command.main([str(copy), "--strict"]) == 1
 
 
 def test_the_default_reference_is_of_the_runs_device_and_preset_or_none(tmp_path, capsys):
@@ -147,7 +148,7 @@ def test_the_default_reference_is_of_the_runs_device_and_preset_or_none(tmp_path
     model, nothing compared); now the newest cpu-smoke CPU record sharing its cases, or one
     line saying there is none and how to give one."""
     aa = read_run(AA2_A)
-    found = compare.default_reference(aa, AA2_A)
+    found = compare_command.default_reference(aa, AA2_A)
     assert found is not None and found != AA2_A
     reference = read_run(found)
     assert reference.settings.preset == "cpu-smoke"
@@ -156,12 +157,12 @@ def test_the_default_reference_is_of_the_runs_device_and_preset_or_none(tmp_path
     lonely.environment.devices.kind = "NVIDIA B300"
     copy = tmp_path / "lonely.json"
     write_run(copy, lonely)
-    assert compare.default_reference(lonely, copy) is None
-    assert compare.main([str(copy)]) == 3
+    assert compare_command.default_reference(lonely, copy) is None
+    assert compare_command.main([str(copy)]) == 3
     line = capsys.readouterr().out.strip()
     said = f"INCONCLUSIVE: nothing to hold {copy} against: no record of NVIDIA B300, preset "
     assert line.startswith(said + "cpu-smoke") and "give REFERENCE" in line
-    assert compare.main([str(copy), "--format", "json"]) == 3
+    assert compare_command.main([str(copy), "--format", "json"]) == 3
     assert json.loads(capsys.readouterr().out)["reference"] is None
 
 
@@ -180,10 +181,11 @@ def test_different_model_is_not_comparable(tmp_path):
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
     broken = tmp_path / "broken.json"
     broken.write_text("{}")
-    assert compare.main([str(broken), str(FIRST)]) == 2
+    assert compare_command.main([str(broken), str(FIRST)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"{compare.PROG}: error: RUN {broken}: $.") and err.count("\n") == 1
-    assert compare.main([str(RERUN), str(FIRST), "--band", "-1"]) == 2
+    assert err.startswith(f"{compare_command.PROG}: error: RUN {broken}: $.")
+    assert err.count("\n") == 1
+    assert compare_command.main([str(RERUN), str(FIRST), "--band", "-1"]) == 2
     assert "--band -1" in capsys.readouterr().err
 
 
@@ -203,13 +205,13 @@ def test_loader_records_compare_on_throughput():
     # The interval is shown in the throughput's own direction: inverted.
     from dew.bench.analysis import report
 
-    _, low, high = report.shown_estimate(cmp.rows[1], cmp.timing)
+    _, low, high = report.shown_estimate(cmp.rows[1], cmp.rate)
     assert low < 0.5 < high < 1 / 1.05
 
 
 @pytest.mark.parametrize("flags", [["--alpha", "2"], ["--alpha", "0"], ["--band", "-5"]])
 def test_bad_alpha_and_band_are_one_line_and_exit_2(capsys, flags):
-    assert compare.main([str(RERUN), str(FIRST), *flags]) == 2
+    assert compare_command.main([str(RERUN), str(FIRST), *flags]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and flags[0] in err
 
@@ -264,8 +266,8 @@ def test_rows_with_samples_get_statistical_verdicts_and_strict_fails_undecided(t
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     write_run(a, _with_samples(first, 1.0, 5, repeats=2))
     write_run(b, _with_samples(first, 1.0, 6, repeats=2))
-    assert compare.main([str(a), str(b)]) == 3
-    assert compare.main([str(a), str(b), "--strict"]) == 1
+    assert compare_command.main([str(a), str(b)]) == 3
+    assert compare_command.main([str(a), str(b), "--strict"]) == 1
 
 
 def test_a_change_measured_on_a_busy_host_is_undecided():
@@ -365,14 +367,14 @@ def test_a_change_the_host_drift_explains_is_undecided_with_the_reason(tmp_path,
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     write_run(a, _with_probes(run, 264.0, 13))
     write_run(b, _with_probes(reference, 300.0, 14))
-    assert compare.main([str(a), str(b), "--run-noise", "1"]) == 3
+    assert compare_command.main([str(a), str(b), "--run-noise", "1"]) == 3
     out = capsys.readouterr().out
     header = out.split("Stack differences")[0]
     assert "- host drift: the host probe read 0.88" in header
     assert "(5 and 5 readings): the host ran 12% faster during the run" in header
     assert "the whole run's shift 1.0% (inf df), from --run-noise 1" in header
     assert "(the host ran 12% faster during the run than the reference" in header
-    assert compare.main([str(a), str(b), "--run-noise", "1", "--strict"]) == 1
+    assert compare_command.main([str(a), str(b), "--run-noise", "1", "--strict"]) == 1
 
 
 def test_a_real_change_on_a_steady_host_stays_slower():
@@ -398,13 +400,13 @@ def test_records_without_probes_compare_as_before_and_say_so(tmp_path, capsys):
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     write_run(a, _with_probes(run, 300.0, 21))
     write_run(b, reference)  # an older record: no probe readings
-    assert compare.main([str(a), str(b)]) == 1  # slower, as before the probe existed
+    assert compare_command.main([str(a), str(b)]) == 1  # slower, as before the probe existed
     out = capsys.readouterr().out
     assert out.count("no host probe in") == 1
     assert f"- no host probe in REFERENCE {b}: drift between the runs not checked" in out
     assert "the whole run slower (+" in out.split("Verdict")[1]
     # The published records: neither side has readings, said once.
-    assert compare.main([str(RERUN), str(FIRST), "--format", "text"]) == 3
+    assert compare_command.main([str(RERUN), str(FIRST), "--format", "text"]) == 3
     out = capsys.readouterr().out
     assert out.count("no host probe in") == 1
     assert f"no host probe in RUN {RERUN} or REFERENCE {FIRST}" in out
@@ -420,7 +422,7 @@ def _strict(name: str):
 
 def compare_json(capsys, *argv: str) -> tuple[int, dict]:
     """compare --format json: the exit status and the one JSON object it printed."""
-    code = compare.main([*argv, "--format", "json"])
+    code = compare_command.main([*argv, "--format", "json"])
     out = capsys.readouterr().out
     return code, json.loads(out, parse_constant=_strict)  # no NaN or Infinity either
 
@@ -487,7 +489,7 @@ def test_the_ratio_beside_an_interval_is_the_one_its_verdict_judged(capsys):
     interval shows the estimate it belongs to (never "-22% ... inside the band")."""
     run, reference = read_run(AA2_A), read_run(AA2_B)
     judged = {r.label: r.difference.ratio for r in comparison.compare(run, reference).counted}
-    assert compare.main([str(AA2_A), str(AA2_B)]) in (0, 1, 3)
+    assert compare_command.main([str(AA2_A), str(AA2_B)]) in (0, 1, 3)
     cells = {}
     for line in capsys.readouterr().out.splitlines():
         parts = [part.strip() for part in line.strip("|").split("|")]
@@ -503,7 +505,7 @@ def test_an_xla_flag_set_by_the_tool_is_a_stack_difference(capsys):
     none recorded" while the site named the flag; both use stack_differences now."""
     o0 = RUNS / "20261203T090404Z-cpu-smoke-aa-o0-cpu-8c7e84d" / "step.json"
     default = RUNS / "20261203T085226Z-cpu-smoke-aa1-cpu-8c7e84d" / "step.json"
-    assert compare.main([str(o0), str(default)]) in (1, 3)
+    assert compare_command.main([str(o0), str(default)]) in (1, 3)
     stack = capsys.readouterr().out.split("### Stack differences")[1].split("### Rows")[0]
     assert "| option xla_flags | --xla_backend_optimization_level=0 | unset |" in stack
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dew.bench.analysis import compare, matching
+from dew.bench.analysis import compare_command, matching
 from dew.bench.record.schema import read_run
 
 PUBLISHED = Path(__file__).resolve().parents[3] / "results" / "published"
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.usefixtures("pinned_noise")  # conftest: the A/A record
 def one_error_line(capsys) -> str:
     out, err = capsys.readouterr()
     assert out == "", "nothing is printed before a usage error"
-    assert err.startswith(f"{compare.PROG}: error: ") and err.count("\n") == 1, err
+    assert err.startswith(f"{compare_command.PROG}: error: ") and err.count("\n") == 1, err
     assert "Traceback" not in err
     return err
 
@@ -40,12 +40,12 @@ def test_plot_onto_an_input_is_refused_and_the_input_kept(records, capsys):
     run, ref = records
     for target in (ref, run):
         before = target.read_bytes()
-        assert compare.main([str(run), str(ref), "--plot", str(target)]) == 2
+        assert compare_command.main([str(run), str(ref), "--plot", str(target)]) == 2
         err = one_error_line(capsys)
         assert f"--plot {target} is also an input of this run" in err
         assert target.read_bytes() == before
     # --overwrite does not make an input an output.
-    assert compare.main([str(run), str(ref), "--plot", str(ref), "--overwrite"]) == 2
+    assert compare_command.main([str(run), str(ref), "--plot", str(ref), "--overwrite"]) == 2
     assert "is also an input" in one_error_line(capsys)
     assert ref.read_bytes() == FIRST.read_bytes()
 
@@ -54,11 +54,11 @@ def test_plot_onto_an_existing_file_needs_overwrite(records, tmp_path, capsys):
     run, ref = records
     chart = tmp_path / "chart.png"
     chart.write_bytes(b"an earlier chart")
-    assert compare.main([str(run), str(ref), "--plot", str(chart)]) == 2
+    assert compare_command.main([str(run), str(ref), "--plot", str(chart)]) == 2
     assert f"--plot {chart} exists; pass --overwrite" in one_error_line(capsys)
     assert chart.read_bytes() == b"an earlier chart"
     # The published figures are one draw each: every row undecided, INCONCLUSIVE (exit 3).
-    assert compare.main([str(run), str(ref), "--plot", str(chart), "--overwrite"]) == 3
+    assert compare_command.main([str(run), str(ref), "--plot", str(chart), "--overwrite"]) == 3
     assert "\nINCONCLUSIVE: 4 comparable rows: 4 undecided" in capsys.readouterr().out
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["chart.png", "ref.json", "run.json"]
@@ -68,12 +68,12 @@ def test_unwritable_plot_is_refused_before_the_comparison_is_printed(records, tm
     run, ref = records
     (tmp_path / "file.txt").write_text("a regular file")
     chart = tmp_path / "file.txt" / "chart.png"
-    assert compare.main([str(run), str(ref), "--plot", str(chart)]) == 2
+    assert compare_command.main([str(run), str(ref), "--plot", str(chart)]) == 2
     err = one_error_line(capsys)  # and no REPRODUCED on stdout
     assert f"--plot {chart}" in err and "not a directory" in err
     directory = tmp_path / "charts"
     directory.mkdir()
-    assert compare.main([str(run), str(ref), "--plot", str(directory)]) == 2
+    assert compare_command.main([str(run), str(ref), "--plot", str(directory)]) == 2
     assert "is a directory" in one_error_line(capsys)
 
 
@@ -108,7 +108,7 @@ def _bad_files(tmp_path: Path) -> dict[str, tuple[Path, str]]:
 def test_a_file_that_is_no_record_is_one_line_naming_it(tmp_path, capsys, kind, role):
     path, problem = _bad_files(tmp_path)[kind]
     argv = [str(path), str(FIRST)] if role == "RUN" else [str(RERUN), str(path)]
-    assert compare.main(argv) == 2
+    assert compare_command.main(argv) == 2
     err = one_error_line(capsys)
     assert f"{role} {path}" in err and problem in err
 
@@ -118,21 +118,21 @@ def test_a_record_with_no_rows_is_not_compared(tmp_path, capsys):
     document = json.loads(FIRST.read_text())
     document["rows"] = []
     empty.write_text(json.dumps(document))
-    assert compare.main([str(empty), str(FIRST)]) == 2
+    assert compare_command.main([str(empty), str(FIRST)]) == 2
     assert f"RUN {empty}: $.rows: the record has no rows" in one_error_line(capsys)
 
 
 def test_a_step_record_against_a_loader_record_is_one_line(capsys):
-    assert compare.main([str(RERUN), str(LOADER)]) == 2
+    assert compare_command.main([str(RERUN), str(LOADER)]) == 2
     err = one_error_line(capsys)
     assert f"RUN {RERUN} is a step record and REFERENCE {LOADER} a data record" in err
-    assert compare.main([str(LOADER), str(RERUN)]) == 2
+    assert compare_command.main([str(LOADER), str(RERUN)]) == 2
     assert "is a data record" in one_error_line(capsys)
 
 
 @pytest.mark.parametrize("band", ["-5", "100", "250", "nan", "inf"])
 def test_band_outside_a_percentage_is_one_line(capsys, band):
-    assert compare.main([str(RERUN), str(FIRST), "--band", band]) == 2
+    assert compare_command.main([str(RERUN), str(FIRST), "--band", band]) == 2
     err = one_error_line(capsys)
     assert f"--band {float(band):g} is not a percentage in [0, 100)" in err
 
@@ -148,7 +148,7 @@ def test_band_outside_a_percentage_is_one_line(capsys, band):
     ],
 )
 def test_target_mde_and_run_noise_outside_their_range_are_one_line(capsys, flags, expected):
-    assert compare.main([str(RERUN), str(FIRST), *flags]) == 2
+    assert compare_command.main([str(RERUN), str(FIRST), *flags]) == 2
     assert expected in one_error_line(capsys)
 
 
@@ -157,7 +157,7 @@ def test_a_compile_only_run_has_no_json(tmp_path, capsys):
     document["settings"]["compile_only"] = True
     run = tmp_path / "compile-only.json"
     run.write_text(json.dumps(document))
-    assert compare.main([str(run), str(FIRST), "--format", "json"]) == 2
+    assert compare_command.main([str(run), str(FIRST), "--format", "json"]) == 2
     assert f"RUN {run} is compile-only: its parity table has md and text" in one_error_line(capsys)
 
 
@@ -175,7 +175,7 @@ def test_a_compile_only_run_has_no_json(tmp_path, capsys):
     ],
 )
 def test_bad_flags_are_one_line(capsys, argv, expected):
-    assert compare.main(argv) == 2
+    assert compare_command.main(argv) == 2
     assert expected in one_error_line(capsys)
 
 
@@ -186,7 +186,7 @@ def test_default_reference_skips_files_that_are_no_record(tmp_path):
     (published / "list.json").write_text("[]")
     shutil.copyfile(FIRST, published / "first.json")
     run = read_run(RERUN)
-    assert compare.default_reference(run, RERUN, tmp_path) == published / "first.json"
+    assert compare_command.default_reference(run, RERUN, tmp_path) == published / "first.json"
 
 
 def test_same_gflop_is_the_one_tolerance():

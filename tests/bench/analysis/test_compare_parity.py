@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from dew.bench.analysis import compare, matching, parity
+from dew.bench.analysis import compare_command, matching, parity
 from dew.bench.record.schema import BenchmarkRun, Settings, StepRow, read_run, write_run
 
 PUBLISHED = Path(__file__).resolve().parents[3] / "results" / "published"
@@ -61,14 +61,14 @@ def compile_only_record(reference: Path, *, condition_in_state: bool = False) ->
 def test_identical_figures_are_parity_and_exit_0(tmp_path, capsys):
     record = tmp_path / "parity.json"
     write_run(record, compile_only_record(FIRST))
-    assert compare.main([str(record), str(FIRST)]) == 0
+    assert compare_command.main([str(record), str(FIRST)]) == 0
     out = capsys.readouterr().out
     assert "Parity: params and GFLOP/step" in out
     assert "| simple_dit | 16 | 19,835,568 | 19,835,568 | 292.959 | 292.900 | +0.020% |" in out
     assert "| sd3_transformer | 4 | 33,098,560 | — |" in out and "no published row" in out
     assert "\nPARITY: 12 of 12 published rows equal" in out
     # The default reference of a small-preset run is the published table itself.
-    assert compare.main([str(record), "--format", "text"]) == 0
+    assert compare_command.main([str(record), "--format", "text"]) == 0
     assert "\nPARITY: 12 of 12" in capsys.readouterr().out
 
 
@@ -78,7 +78,7 @@ def test_one_param_off_is_no_parity_and_exit_1(tmp_path, capsys):
     record = tmp_path / "parity.json"
     write_run(record, run)
     chart = tmp_path / "gflop.png"
-    assert compare.main([str(record), str(FIRST), "--plot", str(chart)]) == 1
+    assert compare_command.main([str(record), str(FIRST), "--plot", str(chart)]) == 1
     out = capsys.readouterr().out
     assert "| simple_dit | 16 | 19,835,569 | 19,835,568 |" in out
     assert "NO PARITY: 11 of 12 published rows equal" in out
@@ -109,7 +109,7 @@ def test_the_rerun_holds_with_the_condition_table_in_the_state(tmp_path, capsys)
     still finds its published row (for causal_transformer among the sweep's rows too)."""
     record = tmp_path / "parity-0905.json"
     write_run(record, compile_only_record(RERUN, condition_in_state=True))
-    assert compare.main([str(record), str(RERUN)]) == 0
+    assert compare_command.main([str(record), str(RERUN)]) == 0
     out = capsys.readouterr().out
     assert "PARITY: 4 of 4 published rows equal" in out
     assert "which does not record condition_in_state=True" in out

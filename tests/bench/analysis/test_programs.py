@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dew.bench.analysis import compare, comparison, programs
+from dew.bench.analysis import compare_command, comparison, programs
 from dew.bench.analysis.repeats import summarize_step
 from dew.bench.record.schema import StepRepeat, StepRow, read_run, write_run
 
@@ -91,14 +91,14 @@ def test_compare_text_and_json_carry_the_compiled_program(tmp_path, capsys):
     kernels = row(A_OTHER_KERNELS, A, A_OTHER_KERNELS, ms=(10.0, 10.1, 10.2))
     run = record_with(tmp_path / "run.json", [kernels])
     ref = record_with(tmp_path / "ref.json", [row(A, A, A, ms=(10.0, 10.1, 10.2))])
-    compare.main([str(run), str(ref), "--format", "text"])
+    compare_command.main([str(run), str(ref), "--format", "text"])
     out = capsys.readouterr().out
     line = next(line for line in out.splitlines() if line.startswith("simple_dit "))
     assert "same program, other kernels" in line
     note = "- simple_dit: compiled: same program, other kernels (run: program 50c058df kernels "
     assert f"{note}01234567, program 50c058df kernels ba36ab31; reference: program 50c058df" in out
     assert "- simple_dit: run: 1 of 3 repeats chose other kernels for the same program" in out
-    compare.main([str(run), str(ref), "--format", "json"])
+    compare_command.main([str(run), str(ref), "--format", "json"])
     (document,) = [json.loads(capsys.readouterr().out)]
     assert document["rows"][0]["compiled"] == "same program, other kernels"
 

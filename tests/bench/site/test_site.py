@@ -386,7 +386,7 @@ def test_a_comparison_on_the_front_page_names_its_outcome(records, capsys):
     pair = [published / "2026-09-05-rtx4080-9886c20-rerun.json",
             published / "2026-09-02-rtx4080-6b0f119-small.json"]  # fmt: skip
     done = subprocess.run(
-        [sys.executable, "-m", "dew.bench.analysis.compare", *map(str, pair), "--format",
+        [sys.executable, "-m", "dew.bench.analysis.compare_command", *map(str, pair), "--format",
          "json"], capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert done.returncode == 3, done.stderr  # INCONCLUSIVE

@@ -274,7 +274,8 @@ def test_a_package_from_a_temporary_folder_runs_and_is_named_in_the_record(packa
         "git",
     )
     done = subprocess.run(
-        [sys.executable, "-m", "dew.bench.analysis.compare", second, first, "--format", "text"],
+        [sys.executable, "-m", "dew.bench.analysis.compare_command", second, first,
+         "--format", "text"],
         cwd=REPO, env=environment(), capture_output=True, text=True,
     )  # fmt: skip
     assert done.returncode in (0, 1, 3), done.stderr[-2000:]  # 3: INCONCLUSIVE

@@ -1,10 +1,11 @@
 """The model of holding a run against a reference: per row the ratios and a verdict.
 
-Per row the ratios run / reference of ms/step, p50, samples/s, util and peak GiB (the
-loader: samples/s, p50, p95, first batch). For the timing (ms/step; the loader's ms per
-batch) the rows are judged together by dew.bench.analysis.judge at the noise of their
-device kind (dew.bench.analysis.history: fitted from the records' own A/A history, or a
-stated weak prior): the ratio of the geometric means of each row's repeats with its 95%
+Per row the ratios run / reference of its kind's ratio fields (dew.bench.analysis.kinds:
+the step's ms/step, p50, samples/s, util and peak GiB; the loader's samples/s, p50, p95,
+first batch). For the kind's timing (ms/step; the loader's ms per batch) the rows are
+judged together by dew.bench.analysis.judge at the noise of their device kind
+(dew.bench.analysis.history: fitted from the records' own A/A history, or a stated weak
+prior): the ratio of the geometric means of each row's repeats with its 95%
 interval, the whole run's shift (the median of the rows' ratios, 3 rows or more) on its
 own line, each row's change against it, Holm-Bonferroni over the shift and the rows, and
 a word: `faster`/`slower` (beyond the band and significant), `same` (the whole change's
@@ -17,15 +18,16 @@ run) is one draw of its run, and the row says so.
 dew.bench.analysis.host_gates: with host-speed probes in both CPU records, a
 `faster`/`slower` must also lie wholly beyond the band around the host's own drift; a
 change measured while the idle check found the host busy is `undecided` too. Rows are
-paired by dew.bench.analysis.matching; a row whose model differs (GFLOP/step, backbone
-params, batch or sample) is "different model, not comparable": its ratios are shown but
-it does not decide the outcome. Each step row says whether both sides ran the same
-compiled program (`compiled`: "same program", "same program, other kernels", "other
-program"; dew.bench.analysis.programs), and a side whose repeats compiled otherwise says so
-in the notes.
+paired by dew.bench.analysis.matching (with the kind's partner rule); a row whose model
+differs (the kind's `model_difference`: a step's GFLOP/step, backbone params, batch or
+sample) is "different model, not comparable": its ratios are shown but it does not
+decide the outcome. Each step row says whether both sides ran the same compiled program
+(`compiled`: "same program", "same program, other kernels", "other program";
+dew.bench.analysis.programs), and a side whose repeats compiled otherwise says so in the
+notes.
 
 `compare(run, reference)` gives the `Comparison`; dew.bench.analysis.report prints it and
-dew.bench.analysis.compare is the command line.
+dew.bench.analysis.compare_command is the command line.
 """
 
 from __future__ import annotations
@@ -35,26 +37,21 @@ import math
 
 import numpy as np
 
-from dew.bench.analysis import judge, programs, stats
+from dew.bench.analysis import judge, stats
 from dew.bench.analysis.host_gates import busy_line, drift_why, host_drift
-from dew.bench.analysis.matching import match_rows, same_gflop
+from dew.bench.analysis.kinds import KINDS, Kind
+from dew.bench.analysis.matching import match_rows
 from dew.bench.analysis.noise import Noise, NoiseModel, for_records, platform_of
 from dew.bench.common.cli import UsageError
-from dew.bench.record.schema import BenchmarkRun, DataRow, StepRow
+from dew.bench.record.schema import BenchmarkRun, Record
 from dew.bench.record.stack import StackDifference, stack_differences
-
-RATIO_FIELDS = {
-    "step": ("ms_per_step", "p50_ms", "samples_per_s", "util", "peak_gib"),
-    "data": ("samples_per_s", "p50_ms", "p95_ms", "first_batch_s"),
-}
-TIMING = {"step": "ms_per_step", "data": "samples_per_s"}  # what a verdict is judged on
 
 
 @dataclasses.dataclass
 class RowComparison:
     label: str
-    run: StepRow | DataRow | None
-    reference: StepRow | DataRow | None
+    run: Record | None  # a row of the kind's row model
+    reference: Record | None
     ratios: dict[str, float | None]
     comparable: bool
     verdict: str  # faster | slower | same | undecided, or why the row has none
@@ -133,11 +130,19 @@ class Comparison:
 
     @property
     def fields(self) -> tuple[str, ...]:
-        return RATIO_FIELDS[self.kind]
+        return KINDS[self.kind].ratio_fields
 
     @property
     def timing(self) -> str:
-        return TIMING[self.kind]
+        return KINDS[self.kind].timing
+
+    @property
+    def rate(self) -> bool:
+        """Whether the timing is a rate (higher is faster: the loader's samples/s)."""
+        return self.timing in KINDS[self.kind].rates
+
+    def column(self, field: str) -> str:
+        return KINDS[self.kind].column(field)
 
 
 # --- rows --------------------------------------------------------------------------------
@@ -149,66 +154,21 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b
 
 
-def model_difference(run: StepRow | DataRow, ref: StepRow | DataRow) -> tuple[str | None, list]:
-    """Why two rows are different models (None when comparable), and notes."""
-    notes = []
-    if isinstance(run, DataRow):
-        if run.batch != ref.batch or run.image_size != ref.image_size:
-            return "batch or image size differs", notes
-        return None, notes
-    ra, rb = run.key(), ref.key()
-    if ra[1] is not None and rb[1] is not None and ra[1] != rb[1]:
-        return f"batch differs ({ra[1]} vs {rb[1]})", notes
-    if run.sample and ref.sample and run.sample != ref.sample:
-        return f"sample differs ({run.sample} vs {ref.sample})", notes
-    ga, gb = run.gflop_per_step, ref.gflop_per_step
-    if ga is not None and gb is not None and not same_gflop(ga, gb):
-        return f"GFLOP/step differs ({ga:.4g} vs {gb:.4g})", notes
-    if run.params is not None and ref.params is not None and run.params != ref.params:
-        delta = run.params - ref.params
-        ca, cb = run.condition_params, ref.condition_params
-        if ca is not None and cb is not None and ca - cb == delta:
-            # The condition encoder's table moved between constant and state: the same
-            # backbone doing the same arithmetic, so the times compare.
-            notes.append(
-                f"params differ by {delta:+,}, all in the condition encoder "
-                f"(condition_params {ca:,} vs {cb:,}): same backbone"
-            )
-        else:
-            return f"params differ ({run.params:,} vs {ref.params:,})", notes
-    return None, notes
-
-
-def _compile_notes(run: StepRow, ref: StepRow, compiled: str | None) -> list[str]:
-    """The notes that say how two rows' compiled programs differ (`compiled`, from
-    programs.between): the fingerprints when they do, and a side whose repeats compiled
-    otherwise (its warning)."""
-    notes = []
-    if compiled not in (None, programs.SAME):
-        notes.append(
-            f"compiled: {compiled} (run: {programs.describe(run)}; "
-            f"reference: {programs.describe(ref)})"
-        )
-    for side, row in (("run", run), ("reference", ref)):
-        warning = programs.repeats_warning(row.repeats or [])
-        if warning:
-            notes.append(f"{side}: {warning}")
-    return notes
-
-
-def compare_rows(run_row, ref_row, kind: str, note: str | None, noise: NoiseModel) -> RowComparison:
+def compare_rows(
+    run_row, ref_row, kind: Kind, note: str | None, noise: NoiseModel
+) -> RowComparison:
     """One pair of rows (either may be None): ratios, notes and the timing's statistics;
     `decide` gives the verdicts of all the rows together."""
     row = _compare_rows(run_row, ref_row, kind, note, noise)
-    if isinstance(row.run, StepRow) and isinstance(row.reference, StepRow):
-        row.compiled = programs.between(row.run, row.reference)
-        row.notes += _compile_notes(row.run, row.reference, row.compiled)
+    if row.run is not None and row.reference is not None:
+        row.compiled, notes = kind.compiled(row.run, row.reference)
+        row.notes += notes
     return row
 
 
-def _compare_rows(run_row, ref_row, kind: str, note: str | None, noise: NoiseModel):
+def _compare_rows(run_row, ref_row, kind: Kind, note: str | None, noise: NoiseModel):
     label = (run_row if run_row is not None else ref_row).label()
-    fields = RATIO_FIELDS[kind]
+    fields = kind.ratio_fields
     if run_row is None:
         return RowComparison(label, None, ref_row, {}, False, "not in this run")
     if ref_row is None:
@@ -216,7 +176,7 @@ def _compare_rows(run_row, ref_row, kind: str, note: str | None, noise: NoiseMod
         notes = [f"error: {run_row.error}"] if run_row.error else []
         return RowComparison(label, run_row, None, {}, False, verdict, notes=notes)
     notes = [note] if note else []
-    reason, model_notes = model_difference(run_row, ref_row)
+    reason, model_notes = kind.model_difference(run_row, ref_row)
     notes += model_notes
     ratios = {f: _ratio(getattr(run_row, f), getattr(ref_row, f)) for f in fields}
     if run_row.status == "failed" or ref_row.status == "failed":
@@ -235,20 +195,15 @@ def _compare_rows(run_row, ref_row, kind: str, note: str | None, noise: NoiseMod
         return RowComparison(
             label, run_row, ref_row, ratios, False, "different model, not comparable", notes=notes
         )
-    timing = TIMING[kind]
-    ratio = ratios.get(timing)
-    if ratio is None and kind == "step":
-        timing, ratio = "p50_ms", ratios.get("p50_ms")
-        if ratio is not None:
-            notes.append("judged on p50 (no ms/step on one side)")
+    timing, ratio = _judged_timing(kind, ratios, run_row, ref_row, notes)
     if ratio is None:
         return RowComparison(
             label, run_row, ref_row, ratios, True, "no timing to compare", notes=notes
         )
     # For times lower is faster; for throughput (the loader) higher is.
-    change = ratio - 1 if timing != "samples_per_s" else 1 / ratio - 1
+    change = ratio - 1 if timing not in kind.rates else 1 / ratio - 1
     row = RowComparison(label, run_row, ref_row, ratios, True, "undecided", change, notes)
-    sides = (timing_side(run_row, timing), timing_side(ref_row, timing))
+    sides = (timing_side(kind, run_row, timing), timing_side(kind, ref_row, timing))
     if None in sides:  # a zero figure: nothing to take the log of
         row.verdict = "no timing to compare"
         return row
@@ -262,18 +217,23 @@ def _compare_rows(run_row, ref_row, kind: str, note: str | None, noise: NoiseMod
     return row
 
 
-def timing_side(row: StepRow | DataRow, timing: str) -> stats.Side | None:
-    """A row's timing as the log summary of its repeats (time per step or per batch); a row
-    without repeats is one process with its point figure; None without a positive one."""
-    if isinstance(row, DataRow):
-        figures = [1e3 * row.batch / r.samples_per_s for r in row.repeats or [] if r.samples_per_s]
-        if not figures and row.samples_per_s:
-            figures = [1e3 * row.batch / row.samples_per_s]
-    elif timing == "ms_per_step" and row.repeats:
-        figures = [r.ms_per_step for r in row.repeats if r.ms_per_step]
-    else:
-        figures = [getattr(row, timing)]
-    figures = [figure for figure in figures if figure is not None and figure > 0]
+def _judged_timing(kind: Kind, ratios: dict, run_row, ref_row, notes: list[str]):
+    """The first of the kind's timings both rows have, and its ratio (None: none); a
+    fallback says so in the notes ("judged on p50 (no ms/step on one side)")."""
+    for index, timing in enumerate(kind.timings):
+        ratio = ratios.get(timing, _ratio(getattr(run_row, timing), getattr(ref_row, timing)))
+        if ratio is not None:
+            if index:
+                notes.append(f"judged on {kind.column(timing)} "
+                             f"(no {kind.column(kind.timing)} on one side)")  # fmt: skip
+            return timing, ratio
+    return kind.timing, None
+
+
+def timing_side(kind: Kind, row, timing: str) -> stats.Side | None:
+    """A row's timing as the log summary of its repeats (time per step or per batch: the
+    kind's `figures`); None without a positive one."""
+    figures = [figure for figure in kind.figures(row, timing) if figure is not None and figure > 0]
     return stats.side(figures) if figures else None
 
 
@@ -419,9 +379,10 @@ def compare(
     if band is None:
         band = 100 * max(judge.band_for(platform_of(r)) for r in (run, reference))
     stack, unknown = stack_differences(run, reference)
+    kind = KINDS[run.kind]
     rows = [
-        compare_rows(a, b, run.kind, note, noise)
-        for a, b, note in match_rows(run.rows, reference.rows)
+        compare_rows(a, b, kind, note, noise)
+        for a, b, note in match_rows(run.rows, reference.rows, kind.partner)
     ]
     host, host_line = host_drift(run, reference, run_label, reference_label)
     if host is not None and "cpu" not in map(platform_of, (run, reference)):

@@ -44,6 +44,7 @@ import numpy as np
 import tyro
 
 from dew.bench.analysis.judge import PRIOR_DF
+from dew.bench.analysis.kinds import KINDS
 from dew.bench.common import cli, files
 from dew.bench.common.files import REPO_ROOT
 from dew.bench.record.stack import stack_identity
@@ -69,12 +70,11 @@ def _figures(row: dict, *, failed_too: bool = False) -> list[float]:
     return [f for f in figures if f and f > 0 and math.isfinite(f)]
 
 
-def row_label(row: dict) -> str:
-    """The row's label as the records print it (StepRow/DataRow.label)."""
-    from dew.bench.record.schema import DataRow, StepRow
+def row_label(row: dict, kind: str) -> str:
+    """The row's label as the records print it (its kind's row model's label())."""
+    from dew.bench.record.schema import ROW_MODELS
 
-    model = DataRow if "dataset" in row else StepRow
-    return model.model_validate(row).label()
+    return ROW_MODELS[kind].model_validate(row).label()
 
 
 def identity(record: dict) -> str:
@@ -87,8 +87,9 @@ def identity(record: dict) -> str:
     kept["xla_flags"] = (settings.get("options") or {}).get("xla_flags")
     cards = sorted(g.get("uuid") or "" for g in env.get("gpus") or [])
     kept["diff"] = (env.get("code") or {}).get("diff_sha256")  # a dirty tree's content
-    if record.get("kind") == "data":  # a loader's workers and threads are its row's setting
-        kept["rows"] = sorted(row_label(row) for row in record.get("rows") or [])
+    kind = record.get("kind")
+    if KINDS[kind].settings_in_rows:  # a loader's workers and threads: A/A copies share them
+        kept["rows"] = sorted(row_label(row, kind) for row in record.get("rows") or [])
     return json.dumps([record.get("kind"), stack, kept, cards], sort_keys=True, default=str)
 
 
@@ -117,7 +118,7 @@ def read_paths(paths: Iterable[Path]) -> list[tuple[str, dict]]:
             record = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        if not isinstance(record, dict) or record.get("kind") not in ("step", "data"):
+        if not isinstance(record, dict) or record.get("kind") not in KINDS:
             continue
         if not isinstance(record.get("rows"), list) or "environment" not in record:
             continue
@@ -182,7 +183,8 @@ def fit_group(members: Sequence[tuple[str, dict]], fit: KindFit) -> None:
         for row in record["rows"]:
             figures = _figures(row)
             if figures:
-                cells[(r, row_label(row))] = np.log(np.asarray(figures, dtype=float))
+                label = row_label(row, record["kind"])
+                cells[(r, label)] = np.log(np.asarray(figures, dtype=float))
     seen: dict[str, int] = {}
     for _, label in cells:
         seen[label] = seen.get(label, 0) + 1

@@ -6,7 +6,7 @@ only comparisons of CPU records)."""
 from __future__ import annotations
 
 from dew.bench.analysis import stats
-from dew.bench.record.schema import BenchmarkRun, DataRow, StepRow
+from dew.bench.record.schema import BenchmarkRun, DataRow, Record, StepRow
 
 
 def drift_why(host: stats.Drift, diff: stats.Difference, band: float) -> str:
@@ -36,8 +36,8 @@ def probe_readings(record: BenchmarkRun) -> list[float]:
     readings = {
         repeat.host_probe_ms
         for row in record.rows
-        for repeat in row.repeats or []
-        if repeat.host_probe_ms is not None
+        for repeat in getattr(row, "repeats", None) or []
+        if getattr(repeat, "host_probe_ms", None) is not None  # a kind's repeats may not
     }
     return sorted(readings)
 
@@ -67,8 +67,8 @@ def host_drift(
     return host, line
 
 
-def busy_line(row: StepRow | DataRow, side: str) -> str:
+def busy_line(row: StepRow | DataRow | Record, side: str) -> str:
     """`the host was busy for k of n repeats (side)`, or "" when it never was."""
-    repeats = row.repeats or []
-    busy = sum(1 for repeat in repeats if repeat.host_busy)
+    repeats = getattr(row, "repeats", None) or []
+    busy = sum(1 for repeat in repeats if getattr(repeat, "host_busy", None))
     return f"the host was busy for {busy} of {len(repeats)} {side} repeats" if busy else ""

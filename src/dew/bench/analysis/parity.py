@@ -1,10 +1,10 @@
 """The parity table: a compile-only run's params and GFLOP/step against a published record.
 
-`python -m dew.bench.analysis.compare` prints it, instead of the timing comparison, when RUN is a
-compile-only record (settings.compile_only). Against the published small-preset table:
+`python -m dew.bench.analysis.compare_command` prints it, instead of the timing comparison,
+when RUN is a compile-only record (settings.compile_only). Against the published small-preset table:
 
     python tools/benchmark_step.py --preset small --compile-only --json-out parity.json
-    python -m dew.bench.analysis.compare parity.json \\
+    python -m dew.bench.analysis.compare_command parity.json \\
         results/published/2026-09-02-rtx4080-6b0f119-small.json
 
 (`--architectures simple_dit causal_transformer` narrows the run.) Against the 2026-09-05
@@ -16,7 +16,7 @@ the same GFLOP), the cases say so:
                   {"architecture": "hierarchical_mmdit", "condition_in_state": true},
                   {"architecture": "video_dit", "condition_in_state": true},
                   {"architecture": "causal_transformer", "condition_in_state": true}]'
-    python -m dew.bench.analysis.compare parity-0905.json \\
+    python -m dew.bench.analysis.compare_command parity-0905.json \\
         results/published/2026-09-05-rtx4080-9886c20-rerun.json
 
 Rows match as compare's do (`matching.match_rows`): a run row that records
@@ -37,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 
 from dew.bench.analysis import tables as report
+from dew.bench.analysis.kinds.step import STEP
 from dew.bench.analysis.matching import GFLOP_TOLERANCE, match_rows, same_gflop
 from dew.bench.record.schema import BenchmarkRun, StepRow
 
@@ -54,7 +55,8 @@ class ParityRow:
 
 def check(run: BenchmarkRun, reference: BenchmarkRun) -> list[ParityRow]:
     """One ParityRow per row of either record, in compare's order."""
-    return [_check_row(a, b, note) for a, b, note in match_rows(run.rows, reference.rows)]
+    pairs = match_rows(run.rows, reference.rows, STEP.partner)
+    return [_check_row(a, b, note) for a, b, note in pairs]
 
 
 def _check_row(ours: StepRow | None, published: StepRow | None, note: str | None) -> ParityRow:

@@ -17,7 +17,7 @@ from typing import Any
 
 from dew.bench.analysis.comparison import Comparison, RowComparison
 from dew.bench.analysis.judge import EXIT_CODES
-from dew.bench.analysis.tables import COLUMN_NAMES, MISSING, describe, num, table
+from dew.bench.analysis.tables import MISSING, describe, num, table
 from dew.bench.record.schema import BenchmarkRun
 
 VERDICTS = ("faster", "slower", "same", "undecided", "failed in this run")
@@ -39,14 +39,15 @@ def _ratio_text(ratio: float | None) -> str:
     return f"{ratio:.3f} ({(ratio - 1) * 100:+.1f}%)"
 
 
-def shown_estimate(row: RowComparison, timing: str) -> tuple[float, float, float] | None:
+def shown_estimate(row: RowComparison, rate: bool) -> tuple[float, float, float] | None:
     """The timing ratio the verdict judged, of the repeats' geometric means, and its 95%
-    interval, in the field's own direction (samples/s inverts); None without one. The row's
-    own figures are medians, whose ratio can differ when the repeats are skewed."""
+    interval, in the field's own direction (a `rate`, samples/s, inverts); None without
+    one. The row's own figures are medians, whose ratio can differ when the repeats are
+    skewed."""
     if row.difference is None:
         return None
     diff = row.difference
-    if timing == "samples_per_s":
+    if rate:
         return 1 / diff.ratio, 1 / diff.high, 1 / diff.low
     return diff.ratio, diff.low, diff.high
 
@@ -100,10 +101,10 @@ def comparison(cmp: Comparison, run: BenchmarkRun, ref: BenchmarkRun, fmt: str =
         out.append("none recorded\n")
     if cmp.not_recorded:
         out.append(f"Recorded on one side only: {', '.join(cmp.not_recorded)}.\n")
-    timing = COLUMN_NAMES[cmp.timing]
+    timing = cmp.column(cmp.timing)
     target = f"n for {cmp.target:.0%}"
     headers = ["row", f"{timing} run", f"{timing} ref"]
-    headers += [f"{COLUMN_NAMES[f]} ratio" for f in cmp.fields]
+    headers += [f"{cmp.column(f)} ratio" for f in cmp.fields]
     shifted = cmp.shift is not None
     headers += ["against the shift"] if shifted else []
     headers += ["p (Holm)", "MDE", target]
@@ -115,7 +116,7 @@ def comparison(cmp: Comparison, run: BenchmarkRun, ref: BenchmarkRun, fmt: str =
             continue
         b = getattr(r.reference, cmp.timing) if r.reference else None
         ratios = [_ratio_text(r.ratios.get(f)) for f in cmp.fields]
-        estimate = shown_estimate(r, cmp.timing)
+        estimate = shown_estimate(r, cmp.rate)
         if estimate is not None:  # the ratio the interval and the verdict are about
             ratio, low, high = estimate
             ratios[0] = f"{_ratio_text(ratio)} [{low:.3f}, {high:.3f}]"
@@ -252,7 +253,7 @@ def _finite(value: float | None) -> float | None:
 
 
 def row_json(row: RowComparison, cmp: Comparison) -> dict[str, Any]:
-    estimate = shown_estimate(row, cmp.timing)
+    estimate = shown_estimate(row, cmp.rate)
     diff, detect = row.difference, row.detect
     return {
         "label": row.label,

@@ -27,13 +27,13 @@ import tyro
 
 from dew.bench.common import cli
 from dew.bench.common.cli import UsageError
-from dew.bench.record.schema import BenchmarkRun
+from dew.bench.record.schema import ROW_MODELS, BenchmarkRun
 
 PROG = "python -m dew.bench.record.validate"
 
 # Segments pydantic adds to an error's location for the member of a union it tried; they
-# are not part of the document's path.
-_UNION_LABELS = {"step", "data", "datetime", "date", "str", "int", "float", "bool", "none"}
+# are not part of the document's path (a row's kind, ROW_MODELS's names, is one too).
+_UNION_LABELS = {"datetime", "date", "str", "int", "float", "bool", "none"}
 NO_ROWS = "$.rows: the record has no rows, so it holds no result"
 
 
@@ -48,10 +48,8 @@ def _split_loc(loc: tuple) -> tuple[tuple, str | None]:
     """The document path of an error and the union member label, if any."""
     parts, label = [], None
     for i, part in enumerate(loc):
-        is_tag = part in ("step", "data") and i > 0 and isinstance(loc[i - 1], int)
-        if isinstance(part, str) and (
-            is_tag or part in _UNION_LABELS - {"step", "data"} or "[" in part
-        ):
+        is_tag = part in ROW_MODELS and i > 0 and isinstance(loc[i - 1], int)
+        if isinstance(part, str) and (is_tag or part in _UNION_LABELS or "[" in part):
             label = part
             continue
         parts.append(part)
@@ -71,7 +69,7 @@ def describe_errors(error: pydantic.ValidationError) -> list[str]:
         grouped.setdefault(path, []).append({**item, "label": label})
     lines = []
     for path, items in grouped.items():
-        labels = [i["label"] for i in items if i["label"] and i["label"] not in ("step", "data")]
+        labels = [i["label"] for i in items if i["label"] and i["label"] not in ROW_MODELS]
         if len(items) > 1 and len(labels) == len(items):
             expected = ", ".join(labels[:-1]) + " or " + labels[-1]
             message = f"not a valid {expected}"

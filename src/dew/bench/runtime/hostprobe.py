@@ -6,9 +6,10 @@ slower than every repeat of the other), because the host itself ran faster durin
 second run. The statistics of one record cannot tell such drift between two runs from a
 change of the code. So each time stage of the step benchmark (dew.bench.sweep.waves: the cases
 compiled and waiting, timed one after another) and each repeat of the loader is
-preceded by `measure()`, recorded as the repeat's `host_probe_ms`, and `dew.bench.analysis.compare`
-holds a row's change against the drift of the probe between the two records
-(dew.bench.analysis.stats.drift): a change the host's own drift explains is `undecided`.
+preceded by `measure()`, recorded as the repeat's `host_probe_ms`, and
+`dew.bench.analysis.compare_command` holds a row's change against the drift of the probe
+between the two records (dew.bench.analysis.stats.drift): a change the host's own drift
+explains is `undecided`.
 
 The workload: one thread per core this process may run on (`cores()`), each hashing the
 same BUFFER `CHUNKS` times with hashlib.sha256 (which releases the GIL on buffers this

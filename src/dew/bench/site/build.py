@@ -37,6 +37,7 @@ from typing import Annotated
 
 import tyro
 
+from dew.bench.analysis.kinds import KINDS
 from dew.bench.common import cli
 from dew.bench.common.cli import UsageError
 from dew.bench.common.errors import Interrupted, WriteFailed, faults
@@ -114,8 +115,8 @@ def render(loaded: Loaded, target: Path, dirs: Sequence[Path]) -> Summary:
     by_label: dict[str, list] = {}
     for s in series:
         by_label.setdefault(s.label, []).append(s)
-    step_labels = {row.label() for e in entries if e.record.kind == "step" for row in e.record.rows}
-    labels = sorted(step_labels)
+    charted = [e for e in entries if KINDS[e.record.kind].charted]  # the step's records
+    labels = sorted({row.label() for e in charted for row in e.record.rows})
     published = sum(e.published for e in entries)
     summary = Summary(
         target, [], len(entries), published, len(entries) - published, len(labels),

@@ -8,10 +8,12 @@ it comes from; everything between them is this command's output:
     | architecture | ... |
     <!-- /dew-table -->
 
-Kinds: `step RECORD` (the step tool's table; a compile-only record gets its columns),
-`data RECORD` (the loader tool's table) and `parity RUN REFERENCE` (the parity table that
-`python -m dew.bench.analysis.compare RUN REFERENCE` prints for a compile-only run). Paths are
-relative to the repository root (the directory holding pyproject.toml above the file).
+Kinds: `KIND RECORD` for a record of a benchmark kind, its table
+(dew.bench.analysis.kinds: `step RECORD`, the step tool's, a compile-only record with its
+columns; `data RECORD`, the loader tool's), and `parity RUN REFERENCE` (the parity table
+that `python -m dew.bench.analysis.compare_command RUN REFERENCE` prints for a compile-only
+run). Paths are relative to the repository root (the directory holding pyproject.toml above
+the file).
 
 A figure in the docs must come from a clean commit: a record made on a dirty tree
 (`environment.code.dirty` true: its change is in no commit, and `nox -s reproduce` refuses
@@ -34,7 +36,7 @@ from typing import Annotated
 
 import tyro
 
-from dew.bench.analysis import tables as report
+from dew.bench.analysis.kinds import KINDS
 from dew.bench.common import cli
 from dew.bench.common.cli import UsageError
 from dew.bench.common.files import atomic_write
@@ -74,15 +76,11 @@ def _dirty(record) -> bool:
 
 
 def _table(kind: str, spec: str, paths: list[str], records: list, where: str) -> str:
-    if kind == "step" and len(records) == 1:
+    if kind in KINDS and len(records) == 1:  # a record's own table (its kind's)
         (record,) = records
-        if record.kind != "step":
-            raise UsageError(f"{where}: {paths[0]} is a {record.kind} record, not a step record")
-        return report.step_table(record.rows, "md", compile_only=bool(record.settings.compile_only))
-    if kind == "data" and len(records) == 1:
-        if records[0].kind != "data":
-            raise UsageError(f"{where}: {paths[0]} is a {records[0].kind} record, not a data one")
-        return report.data_table(records[0].rows, "md")
+        if record.kind != kind:
+            raise UsageError(f"{where}: {paths[0]} is a {record.kind} record, not a {kind} one")
+        return KINDS[kind].table(record, "md")
     if kind == "parity" and len(records) == 2:
         from dew.bench.analysis import parity
 
@@ -90,8 +88,9 @@ def _table(kind: str, spec: str, paths: list[str], records: list, where: str) ->
         text = parity.render(rows, *records, paths[0], paths[1], "md")
         return "".join(line + "\n" for line in text.splitlines() if line.startswith("|"))
     raise UsageError(
-        f"{where}: {spec!r} is not a table spec; use `step RECORD`, `data RECORD` or "
-        "`parity RUN REFERENCE`"
+        f"{where}: {spec!r} is not a table spec; use "
+        + ", ".join(f"`{name} RECORD`" for name in KINDS)
+        + " or `parity RUN REFERENCE`"
     )
 
 

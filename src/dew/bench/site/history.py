@@ -20,6 +20,7 @@ import dataclasses
 import math
 import statistics
 
+from dew.bench.analysis.kinds import KINDS
 from dew.bench.record.schema import StepRow
 from dew.bench.record.stack import StackDifference, stack_differences
 from dew.bench.site.records import Entry
@@ -100,7 +101,7 @@ def build_series(entries: list[Entry]) -> list[Series]:
     differences to the previous point and the change points; ordered by label, device."""
     by_key: dict[tuple, Series] = {}
     for entry in entries:
-        if entry.record.kind != "step":
+        if not KINDS[entry.record.kind].charted:  # the step's rows: a time per step
             continue
         for row in entry.record.rows:
             value = timing(row)

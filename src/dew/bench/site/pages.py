@@ -10,6 +10,7 @@ import re
 from collections.abc import Sequence
 
 from dew.bench.analysis import tables as report
+from dew.bench.analysis.kinds import KINDS
 from dew.bench.analysis.plots import history_svg
 from dew.bench.loader.benchmark_data import keep_up_verdicts
 from dew.bench.record.schema import DataRow, StepRow
@@ -80,7 +81,7 @@ def latest_rows(series_list: list[Series], entries: list[Entry]) -> list[dict]:
     """One row per series and stack: its newest point, the published row of the same case
     beside it, the keep-up verdict of the newest loader record that can judge it."""
     published = _published_rows(entries)
-    data_entries = [e for e in entries if e.record.kind == "data"]
+    data_entries = [e for e in entries if _feeds_steps(e)]
     rows = []
     for series in series_list:
         newest: dict[str, int] = {}
@@ -126,11 +127,21 @@ def _published_rows(entries: list[Entry]) -> list[tuple[Entry, StepRow]]:
     found = [
         (entry, row)
         for entry in entries  # oldest first
-        if entry.published and entry.record.kind == "step"
+        if entry.published and _charted(entry)
         for row in entry.record.rows
         if row.status == "ok" and (row.ms_per_step or row.p50_ms)
     ]
     return found[::-1]
+
+
+def _charted(entry: Entry) -> bool:
+    """A record of a kind whose timed rows are the architectures' series (the step's)."""
+    return KINDS[entry.record.kind].charted
+
+
+def _feeds_steps(entry: Entry) -> bool:
+    """A record of a kind whose rows feed a step (the loader's): its keep-up verdicts."""
+    return KINDS[entry.record.kind].feeds_steps
 
 
 def published_beside(
@@ -164,7 +175,7 @@ def keep_up(step_entry: Entry, row: StepRow, data_entries: list[Entry]) -> str:
     """The newest loader record's verdict on this row (its fastest configuration at the
     row's image size), or why there is none."""
     for data in reversed(data_entries):
-        step_rows = [r for r in step_entry.record.rows if isinstance(r, StepRow)]
+        step_rows = step_entry.record.rows  # a charted record's: the step's rows
         best = None
         for loader_row in data.record.rows:
             if loader_row.status != "ok" or not loader_row.samples_per_s:
@@ -184,7 +195,7 @@ def untimed_rows(entries: list[Entry], timed_labels: set[str]) -> list[list[str]
     """Rows of step records for architectures with no timed row anywhere."""
     rows = []
     for entry in entries:
-        if entry.record.kind != "step":
+        if not _charted(entry):
             continue
         for row in entry.record.rows:
             if row.label() in timed_labels:
@@ -200,7 +211,7 @@ def untimed_rows(entries: list[Entry], timed_labels: set[str]) -> list[list[str]
 def loader_rows(entries: list[Entry]) -> list[dict]:
     newest: dict[tuple, tuple[Entry, DataRow]] = {}
     for entry in entries:
-        if entry.record.kind == "data":
+        if _feeds_steps(entry):
             for row in entry.record.rows:
                 newest[(row.key(), entry.device)] = (entry, row)
     out = []
@@ -300,7 +311,7 @@ def architecture_page(label: str, series_list: list[Series], entries: list[Entry
     published = [
         {"href": run_href(e, "../"), "text": f"{_published_text((e, r))}"}
         for e in entries
-        if e.published and e.record.kind == "step"
+        if e.published and _charted(e)
         for r in e.record.rows
         if r.label() == label and r.status == "ok" and (r.ms_per_step or r.p50_ms)
     ]
@@ -309,7 +320,7 @@ def architecture_page(label: str, series_list: list[Series], entries: list[Entry
          report.count(r.params), report.num(r.gflop_per_step, 3),
          r.status if r.status == "ok" else f"failed: {r.error}"]
         for e in entries
-        if e.record.kind == "step"
+        if _charted(e)
         for r in e.record.rows
         if r.label() == label and (r.status != "ok" or not (r.ms_per_step or r.p50_ms))
     ]  # fmt: skip
@@ -321,21 +332,9 @@ def architecture_page(label: str, series_list: list[Series], entries: list[Entry
 # --- a record's page ----------------------------------------------------------------------
 
 
-def split_table(tsv: str) -> tuple[list[str], list[list[str]]]:
-    lines = tsv.rstrip("\n").split("\n")
-    return lines[0].split("\t"), [line.split("\t") for line in lines[1:]]
-
-
 def run_page(entry: Entry, entries: Sequence[Entry]) -> dict:
     record = entry.record
-    if record.kind == "step":
-        tsv = report.step_table(record.rows, "tsv", compile_only=bool(record.settings.compile_only))
-    else:
-        tsv = report.data_table(record.rows, "tsv")
-    headers, rows = split_table(tsv)
-    headers = ["row", *headers[1:]] if record.kind == "data" else headers
-    if record.kind == "data":  # the loader table's first cell is the dataset alone
-        rows = [[r.label(), *cells[1:]] for r, cells in zip(record.rows, rows, strict=True)]
+    headers, rows = KINDS[record.kind].page_table(record)
     warnings = [f"{row.label()}: {w}" for row in record.rows for w in row.warnings]
     warnings += [f"{row.label()}: failed: {row.error}" for row in record.rows if row.error]
     idle = record.idle_check
@@ -354,7 +353,7 @@ def run_page(entry: Entry, entries: Sequence[Entry]) -> dict:
     settings = record.settings.model_dump(exclude_none=True)
     facts += [(f"setting {k}", v) for k, v in settings.items()]
     keep, against = [], None
-    if record.kind == "data":
+    if _feeds_steps(entry):
         against = step_record_for(entry, entries)
         if against:
             for row in record.rows:
@@ -376,7 +375,7 @@ def run_page(entry: Entry, entries: Sequence[Entry]) -> dict:
 def step_record_for(data: Entry, entries: Sequence[Entry]) -> Entry | None:
     """The step record a loader record is judged against: the one in its own directory (a
     cpu-smoke or bench-gpu run writes both there), else the newest run made before it."""
-    steps = [e for e in entries if e.record.kind == "step" and not e.published]
+    steps = [e for e in entries if _charted(e) and not e.published]
     beside = [e for e in steps if e.path.parent == data.path.parent]
     earlier = [e for e in steps if e.when <= data.when]
     return (beside or earlier or [None])[-1]

@@ -28,7 +28,7 @@ import os
 import re
 from datetime import date, datetime
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import pydantic
 from pydantic import Field
@@ -59,6 +59,15 @@ from dew.bench.record.schema.environment import (
     Scheduler,
     SlurmJob,
 )
+from dew.bench.record.schema.row_models import (
+    ROW_MODELS,
+    KindName,
+    RowBase,
+    Rows,
+    register_rows,
+    row_kind,
+    unregister_rows,
+)
 from dew.bench.record.schema.rows import (
     PHASES,
     DataRepeat,
@@ -68,10 +77,8 @@ from dew.bench.record.schema.rows import (
     GpuWindow,
     Interval,
     Phase,
-    Row,
     StepRepeat,
     StepRow,
-    _row_kind,
 )
 
 __all__ = [
@@ -79,9 +86,10 @@ __all__ = [
     "BenchmarkRun", "Code", "Container", "DataRepeat", "DataRow", "Devices", "Environment",
     "Fingerprint", "GpuInfo", "GpuReading", "GpuTelemetry", "GpuWindow", "Host", "IdleCheck",
     "Interval", "JsonScalar", "KubernetesPod", "NonNegFloat", "NonNegInt", "PHASES", "Phase",
-    "ProcessInfo", "ProcessReading", "Record", "Row", "Scheduler", "Settings", "SlurmJob",
-    "StepRepeat", "StepRow", "dump_run", "export",
-    "is_recordable_env_flag", "json_schemas", "read_run", "write_run",
+    "KindName", "ProcessInfo", "ProcessReading", "ROW_MODELS", "Record", "RowBase", "Rows",
+    "Scheduler", "Settings", "SlurmJob", "StepRepeat", "StepRow", "dump_run", "export",
+    "is_recordable_env_flag", "json_schemas", "read_run", "register_rows", "row_kind",
+    "unregister_rows", "write_run",
 ]  # fmt: skip
 
 # 2: raw samples (`repeats`: per-step synced times, per-batch intervals), `ms_per_step_ci95`,
@@ -119,7 +127,7 @@ class Settings(Record):
 
 class BenchmarkRun(Record):
     schema_version: int
-    kind: Literal["step", "data"]
+    kind: KindName
     created: datetime | date | None = Field(
         description="when the run started; a date when only that is known, null when unknown"
     )
@@ -127,7 +135,7 @@ class BenchmarkRun(Record):
     settings: Settings
     environment: Environment
     idle_check: IdleCheck | None
-    rows: list[Row]
+    rows: Rows
     source: str | None = Field(default=None, description="where a published record comes from")
     note: str | None = None
 
@@ -156,10 +164,10 @@ class BenchmarkRun(Record):
 
     @pydantic.model_validator(mode="after")
     def _rows_match_kind(self) -> BenchmarkRun:
-        expected = StepRow if self.kind == "step" else DataRow
+        expected = ROW_MODELS[self.kind]
         for index, row in enumerate(self.rows):
             if not isinstance(row, expected):
-                raise ValueError(f"rows[{index}] is a {_row_kind(row)} row in a {self.kind!r} run")
+                raise ValueError(f"rows[{index}] is a {row_kind(row)} row in a {self.kind!r} run")
         return self
 
 

@@ -7,7 +7,7 @@ import math
 from typing import Annotated, Any, Literal
 
 import pydantic
-from pydantic import Discriminator, Field, Tag
+from pydantic import Field
 
 from dew.bench.record.schema.base import JsonScalar, NonNegFloat, NonNegInt, Record
 
@@ -330,27 +330,3 @@ class DataRow(_Row):
 
     def label(self) -> str:
         return f"{self.dataset} (workers={self.workers}, threads={self.threads})"
-
-
-def _row_kind(row: Any) -> str | None:
-    """Which row model a raw row is, from the field only it has."""
-    if isinstance(row, StepRow):
-        return "step"
-    if isinstance(row, DataRow):
-        return "data"
-    if isinstance(row, dict):
-        if "architecture" in row:
-            return "step"
-        if "dataset" in row:
-            return "data"
-    return None
-
-
-Row = Annotated[
-    Annotated[StepRow, Tag("step")] | Annotated[DataRow, Tag("data")],
-    Discriminator(
-        _row_kind,
-        custom_error_type="row_kind",
-        custom_error_message="a row needs 'architecture' (step row) or 'dataset' (data row)",
-    ),
-]

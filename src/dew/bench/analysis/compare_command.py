@@ -1,6 +1,6 @@
 """Hold a run against a reference record: did it reproduce, and if not, why?
 
-`python -m dew.bench.analysis.compare RUN [REFERENCE] [--band PCT] [--alpha 0.05]
+`python -m dew.bench.analysis.compare_command RUN [REFERENCE] [--band PCT] [--alpha 0.05]
 [--history DIR] [--target-mde 10] [--run-noise PCT] [--format md|text|json] [--plot PNG]
 [--overwrite] [--strict]`
 
@@ -50,7 +50,7 @@ from dew.bench.record.schema import BenchmarkRun
 from dew.bench.record.stack import same_device
 from dew.bench.record.validate import check_file, load
 
-PROG = "python -m dew.bench.analysis.compare"
+PROG = "python -m dew.bench.analysis.compare_command"
 RESULTS_DIR = REPO_ROOT / "results"
 
 
