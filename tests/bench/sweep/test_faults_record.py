@@ -20,7 +20,7 @@ from infra.processes import gone
 
 from dew.bench.record.schema import StepRow, read_run
 from dew.bench.sweep import executors
-from dew.bench.sweep.benchmark_step import main
+from dew.bench.sweep.step_command import main
 
 REPO = Path(__file__).resolve().parents[3]
 ENV = {**os.environ, "JAX_PLATFORMS": "cpu"}

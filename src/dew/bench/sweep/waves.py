@@ -24,7 +24,7 @@ compiles with it off), and the timed process would not know its real compile tim
 the process that compiled is the one that is timed, so the row keeps its compile time and
 its allocator peak.
 
-On a GPU the default is one job (dew.bench.sweep.benchmark_step): concurrent compiles autotune their
+On a GPU the default is one job (dew.bench.sweep.step_command): concurrent compiles autotune their
 kernels concurrently on the one device, which can change the kernels chosen, and every
 waiting process holds device memory (JAX preallocates 75% of it per process).
 """
