@@ -79,7 +79,7 @@ def run(
     line, or `log` the lines without it. `locked_clocks`: the cards' locks
     (dew.bench.sweep.locked_clocks), for the environment."""
     processes, leader = process_count(), process_index() == 0
-    heard = progress or (LogProgress(log) if leader else SilentProgress())
+    progress = progress or (LogProgress(log) if leader else SilentProgress())
     previous = read_previous(json_out) if resume and json_out and Path(json_out).exists() else None
     environment = environment_for(merged_cases(previous, cases), processes, locked_clocks)
     if previous is not None:
@@ -89,25 +89,25 @@ def run(
         options, cases, previous=previous, environment=environment, idle_check=host.first,
         command=command, warnings=warnings, path=json_out, writes=leader, processes=processes,
     )  # fmt: skip
-    executor = executor_for(options, processes, heard)
+    executor = executor_for(options, processes, progress)
     with stopping(record.interrupted_line, end=executor.stop):
         for round_index in range(record.rounds.count):
             for case, why in record.stop_measured():
-                heard.note(f"[auto] {case.label()}: stops: {why}")
+                progress.note(f"[auto] {case.label()}: stops: {why}")
             if record.all_stopped:
                 break
             done, todo = record.split(round_index)
             for position in done if round_index == 0 else ():
-                heard.note(f"{counter(record, position, 0)} {cases[position].label()}: "
-                           f"ok in {json_out}, kept")  # fmt: skip
+                progress.note(f"{counter(record, position, 0)} {cases[position].label()}: "
+                              f"ok in {json_out}, kept")  # fmt: skip
             host.before_round(round_index)
             with contextlib.closing(executor.round(todo, round_index, host.read_probe)) as results:
                 for result in results:
                     row = record.accept(result, busy=host.busy, probe_ms=host.probe_ms)
-                    heard.finish(result.position, result_line(record, result, row, round_index),
-                                 ok=row.status == "ok")  # fmt: skip
+                    line = result_line(record, result, row, round_index)
+                    progress.finish(result.position, line, ok=row.status == "ok")
                     if result.row.note:  # a damaged cache entry recompiled, a loss not finite
-                        heard.note(f"warning: {result.case.label()}: {result.row.note}")
+                        progress.note(f"warning: {result.case.label()}: {result.row.note}")
     record.close()
     return record.run
 
