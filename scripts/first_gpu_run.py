@@ -258,7 +258,7 @@ def lock_clocks(args: dict) -> tuple[list[str], str]:
     if os.geteuid() != 0:
         return [], "skipped: locking the clocks needs root"
     tool_text = (REPO / "src/dew/bench/sweep/settings.py").read_text()
-    tool_text += (REPO / "src/dew/bench/sweep/benchmark_step.py").read_text()
+    tool_text += (REPO / "src/dew/bench/sweep/step_command.py").read_text()
     if "lock_clocks" not in tool_text:
         return [], "skipped: this checkout's benchmark_step has no --lock-clocks"
     return ["--lock-clocks", "max"], "--lock-clocks max (the step stage; restored after it)"
@@ -295,7 +295,7 @@ def run(args: dict) -> int:
         print(f"{PROG}: {line}", file=sys.stderr, flush=True)
 
     installed = install(args, log)
-    probe = "import dew.bench.sweep.benchmark_step, dew.bench.loader.benchmark_data"
+    probe = "import dew.bench.sweep.step_command, dew.bench.loader.data_command"
     probe += ", dew.bench.analysis.compare_command, dew.bench.record.validate"
     probe += ", dew.data.pipeline, dew.telemetry.nvml"
     try:

@@ -5,12 +5,12 @@
 
 --repeats N measures the one configuration in N fresh processes, one after another (the
 step tool's interleaved rounds, with a single case), and reports the median with its 95%
-interval. Options: benchmark_data.py --help (logic in dew.bench.loader.benchmark_data).
+interval. Options: benchmark_data.py --help (logic in dew.bench.loader.data_command).
 """
 
 import sys
 
-from dew.bench.loader.benchmark_data import main
+from dew.bench.loader.data_command import main
 
 # grain starts workers with spawn, which re-imports this file: start nothing on import.
 if __name__ == "__main__":

@@ -2,13 +2,13 @@
 
     python tools/benchmark_step.py --preset small --architectures unet --json-out bench.json
 
-The tool is a thin front over dew.bench.sweep.benchmark_step (docs/architecture.md: how a case
+The tool is a thin front over dew.bench.sweep.step_command (docs/architecture.md: how a case
 flows).
 """
 
 import sys
 
-from dew.bench.sweep.benchmark_step import main
+from dew.bench.sweep.step_command import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dew.bench.loader.benchmark_data import keep_up_verdicts, main
+from dew.bench.loader.data_command import keep_up_verdicts, main
 from dew.bench.record.schema import (
     SCHEMA_VERSION,
     BenchmarkRun,

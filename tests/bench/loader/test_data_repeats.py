@@ -12,9 +12,9 @@ import time
 import pytest
 from infra.processes import gone
 
-from dew.bench.loader import benchmark_data as data
+from dew.bench.loader import data_command as data
 from dew.bench.loader import measure
-from dew.bench.loader.benchmark_data import main, measure_loader
+from dew.bench.loader.data_command import main, measure_loader
 from dew.bench.record.schema import SCHEMA_VERSION, BenchmarkRun, DataRow, read_run
 from dew.data.spec import SyntheticImages
 

@@ -16,7 +16,7 @@ import psutil
 from infra import full_disk
 
 from dew.bench.common.files import one_writer
-from dew.bench.loader.benchmark_data import main
+from dew.bench.loader.data_command import main
 
 REPO = Path(__file__).resolve().parents[3]
 FAST = ["--data.loading.workers", "0", "--data.loading.threads", "0", "--idle-check", "off"]

@@ -80,12 +80,12 @@ def test_no_folder_is_one_line_naming_each_base_tried(short_base):
 
 
 def test_the_benchmark_refuses_in_one_line_before_any_case(short_base, monkeypatch, capsys):
-    from dew.bench.sweep import benchmark_step
+    from dew.bench.sweep import step_command
 
     monkeypatch.setattr(tempfile, "tempdir", long_tmpdir(short_base))
     monkeypatch.setattr(sockets, "SHORT_BASES", (os.path.join(short_base, "missing"),))
     monkeypatch.delitem(process.current_process()._config, "tempdir", raising=False)
-    code = benchmark_step.main(["--preset", "cpu-smoke", "--architectures", "simple_dit"])
+    code = step_command.main(["--preset", "cpu-smoke", "--architectures", "simple_dit"])
     err = capsys.readouterr().err
     assert code == 2
     assert err.startswith("benchmark_step: error: no folder for the case processes' socket")

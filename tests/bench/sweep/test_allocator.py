@@ -11,8 +11,8 @@ import pytest
 from dew.bench.common.cli import UsageError
 from dew.bench.record.schema import is_recordable_env_flag
 from dew.bench.sweep import allocator
-from dew.bench.sweep.benchmark_step import malloc
 from dew.bench.sweep.settings import Options
+from dew.bench.sweep.step_command import malloc
 
 INSTALLED = allocator.find_tcmalloc()
 

@@ -19,8 +19,8 @@ from infra import full_disk
 from infra.processes import gone
 
 from dew.bench.record.schema import StepRow, read_run
-from dew.bench.sweep import run as step
-from dew.bench.sweep.benchmark_step import main
+from dew.bench.sweep import executors
+from dew.bench.sweep.step_command import main
 
 REPO = Path(__file__).resolve().parents[3]
 ENV = {**os.environ, "JAX_PLATFORMS": "cpu"}
@@ -49,13 +49,13 @@ def test_a_full_disk_stops_the_sweep_in_one_line_and_prints_the_rows_figures(
 ):
     measured = []
 
-    def measure(case, options, processes, index, round_index):  # no model: the write is tested
+    def measure(case, options):  # no model: the write is tested
         measured.append(case.batch)
         fields = dict(batch=case.batch, sample="16x16x3", params=65_456, loss=1.0)
         fields.update(ms_per_step=10.0 + case.batch, gflop_per_step=0.5)
         return StepRow(**case.row_fields(), status="ok", **fields)
 
-    monkeypatch.setattr(step, "_measure_in_process", measure)
+    monkeypatch.setattr(executors, "run_case", measure)
     with full_disk.tmpfs(tmp_path / "disk") as disk:
         out = disk / "run.json"
         # Room for the lock file (a page) and the first row's record (two), not the second's

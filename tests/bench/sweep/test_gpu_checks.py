@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from dew.bench.analysis import tables as report
-from dew.bench.loader.benchmark_data import main as benchmark_data
+from dew.bench.loader.data_command import main as benchmark_data
 from dew.bench.record.schema import GpuTelemetry, StepRow, read_run
 from dew.bench.sweep import case_run
 from dew.bench.sweep.presets import Case

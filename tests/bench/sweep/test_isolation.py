@@ -142,12 +142,7 @@ def test_the_sweep_goes_on_after_a_case_past_its_deadline(cache, monkeypatch):
 
     monkeypatch.setattr(waves, "CaseProcess", FirstHangs)
     cases = [Case(architecture="simple_dit", batch=8), Case(architecture="uvit", batch=8)]
-    rows = {}
-    waves.run_round(
-        list(enumerate(cases)),
-        _case_options(cache),
-        jobs=1,
-        on_row=lambda index, case, row, seconds: rows.__setitem__(index, row),
-    )
+    results = waves.run_round(list(enumerate(cases)), _case_options(cache), jobs=1)
+    rows = {result.position: result.row for result in results}
     assert rows[0].status == "failed" and "timed out after 3 s in compile" in rows[0].error
     assert rows[1].status == "ok", rows[1].error

@@ -19,9 +19,9 @@ from dew.bench.common.cli import UsageError
 from dew.bench.record.schema import StepRow, read_run, write_run
 from dew.bench.sweep import presets, timing
 from dew.bench.sweep import run as step
-from dew.bench.sweep.benchmark_step import main
 from dew.bench.sweep.presets import Case
 from dew.bench.sweep.settings import Options
+from dew.bench.sweep.step_command import main
 from dew.models import registry
 
 
@@ -336,7 +336,7 @@ def test_an_xla_flag_the_backend_rejects_is_refused_once(capsys):
 
 def test_xla_flags_take_a_value_that_starts_with_dashes():
     from dew.bench.common import cli
-    from dew.bench.sweep.benchmark_step import Args
+    from dew.bench.sweep.step_command import Args
 
     args = cli.parse(Args, ["--xla-flags", "--xla_backend_optimization_level=0"], prog="t")
     assert args.xla_flags == "--xla_backend_optimization_level=0"

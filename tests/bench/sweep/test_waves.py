@@ -9,9 +9,9 @@ import pytest
 from dew.bench.record.schema import read_run
 from dew.bench.runtime.phases import COMPILING, occupancy, of_rows, overlaps
 from dew.bench.sweep import run as step
-from dew.bench.sweep.benchmark_step import compile_jobs
 from dew.bench.sweep.presets import Case
 from dew.bench.sweep.settings import Options
+from dew.bench.sweep.step_command import compile_jobs
 
 CHEAP = [  # the cpu-smoke cases that compile fastest
     Case(architecture="causal_transformer", batch=8),

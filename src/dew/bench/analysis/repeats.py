@@ -42,19 +42,6 @@ def with_host_readings(row, busy: str | None, probe_ms: float | None):
     return row.model_copy(update={"repeats": [r.model_copy(update=update) for r in row.repeats]})
 
 
-def merge_step(previous: StepRow | None, new: StepRow) -> StepRow:
-    """The case's row once `new` (one more repeat) has run after `previous` (None: first)."""
-    if new.status != "ok":
-        if previous is None or previous.status != "ok":
-            return new
-        failed = len(previous.repeats or []) + 1
-        note = f"repeat {failed} failed: {new.error}"
-        return previous.model_copy(update={"warnings": [*previous.warnings, note]})
-    if previous is None or previous.status != "ok" or not previous.repeats:
-        return summarize_step(new, new.repeats or [])
-    return summarize_step(new, [*previous.repeats, *(new.repeats or [])], first=previous)
-
-
 def summarize_step(
     row: StepRow, repeats: list[StepRepeat], first: StepRow | None = None
 ) -> StepRow:

@@ -202,7 +202,7 @@ def check_record(path: Path, processes: int) -> str | None:
 STEP_TOOL = [
     sys.executable,
     "-c",
-    "import sys; from dew.bench.sweep.benchmark_step import main; sys.exit(main())",
+    "import sys; from dew.bench.sweep.step_command import main; sys.exit(main())",
 ]
 
 

@@ -1,9 +1,12 @@
 """Live progress of a sweep: which case is in which phase, for how long, and when the stage ends.
 
 A sweep (`dew.bench.sweep.run`) runs in stages, "compile" (several cases at once, in child
-processes) then "time" (one case at a time). It reports them through `SilentProgress`'s
-interface (stage, set, finish, note, close), which by itself says nothing (a follower host,
-a test); `Progress` shows them in one of two ways, picked from the stream it writes to:
+processes) then "time" (one case at a time). Its progress is an observer of the sweep's
+events, `SilentProgress`'s interface: a stage begins (stage), a case enters a phase (set),
+a case finishes or fails with its result line (finish), anything else worth a line (note),
+the run ends (close). Three observers hear them: `SilentProgress` says nothing (a follower
+host); `LogProgress` hands the lines to a function (plain lines, a test's list);
+`Progress` shows them in one of two ways, picked from the stream it writes to:
 
 - a terminal: a rich `Live` region under the permanent lines, a header (stage, done/total,
   elapsed, ETA) and one line per case still running or queued in the stage (its label, its
@@ -127,8 +130,8 @@ class _View:
 
 
 class SilentProgress:
-    """What a sweep reports as it goes, saying nothing: the interface `Progress` draws, and
-    what a round reports to when nobody watches (a follower host, a test)."""
+    """The events a sweep reports as it goes, heard and not said: the interface every
+    observer of its progress has, and the one a follower host of a multi-process run has."""
 
     def stage(self, name: str, indices: Sequence[int], parallel: int = 1) -> None: ...
 
@@ -145,6 +148,21 @@ class SilentProgress:
 
     def __exit__(self, *exc_info) -> None:
         self.close()
+
+
+class LogProgress(SilentProgress):
+    """The result lines and notes, each handed to `log` as it comes (the stages and phases
+    are not said): a sweep's progress where nothing is drawn."""
+
+    def __init__(self, log: Callable[[str], None]):
+        self.log = log
+
+    def finish(self, index: int, line: str | None, ok: bool = True) -> None:
+        if line is not None:
+            self.log(line)
+
+    def note(self, line: str) -> None:
+        self.log(line)
 
 
 class Progress(SilentProgress):

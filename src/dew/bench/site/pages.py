@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dew.bench.analysis import tables as report
 from dew.bench.analysis.kinds import KINDS
 from dew.bench.analysis.plots import history_svg
-from dew.bench.loader.benchmark_data import keep_up_verdicts
+from dew.bench.loader.data_command import keep_up_verdicts
 from dew.bench.record.schema import DataRow, StepRow
 from dew.bench.record.stack import same_device
 from dew.bench.site.history import Series, repeat_interval

@@ -47,40 +47,26 @@ MIN_ENERGY_WINDOW_S = 1.0  # the energy counter moves in steps of ~10-100 ms: 1 
 SAMPLE_INTERVAL_S = 0.05  # 20 readings a second of every card
 
 
-@dataclasses.dataclass(slots=True)
-class Figures:
-    """The row of a case as its phases measure it: exactly the StepRow fields they write,
-    each None until written (what a failure leaves unmeasured). Slots: writing a field
-    that is not here, a misspelling, raises AttributeError at that line. The values are
-    validated once, when `row` makes the StepRow (an out-of-range one fails the row)."""
+# The StepRow fields a case's phases leave alone: the case's identity (Case.row_fields),
+# its status, the published tables' own steps and warmup, and what the run adds once the
+# case's process has ended: its repeats' interval and warnings (sweep.run_record), the spread
+# of a cluster's processes (multihost.combine), its process's allocator (sweep.case_process).
+NOT_MEASURED = frozenset({
+    "architecture", "head_chunks", "attention_impl", "case", "status", "error",
+    "steps", "warmup",
+    "ms_per_step_ci95", "warnings", "process_spread_ms", "xla_preallocate", "xla_mem_fraction",
+})  # fmt: skip
 
-    # prepare: the trace and lowering, the compile, the FLOP count
-    sample: str | None = None
-    batch: int | None = None
-    params: int | None = None
-    condition_params: int | None = None
-    compile_s: float | None = None
-    load_s: float | None = None
-    gflop_per_step: float | None = None
-    uncounted_custom_calls: dict[str, int] | None = None
-    cost_analysis_gflop: float | None = None
-    flops_error: str | None = None
-    fingerprint: dict[str, str] | None = None  # plain JSON: on_compiled's fields cross a pipe
-    compiler_peak_gib: float | None = None
-    # measure: the timed windows, the allocator peak, the GPU window, the final loss
-    ms_per_step: float | None = None
-    p10_ms: float | None = None
-    p50_ms: float | None = None
-    p90_ms: float | None = None
-    repeats: list[StepRepeat] | None = None
-    samples_per_s: float | None = None
-    tokens_per_s: float | None = None
-    util: float | None = None
-    peak_gib: float | None = None
-    gpu: GpuTelemetry | None = None
-    loss: float | None = None
-    loss_finite: bool | None = None
-    note: str | None = None
+
+class _Figures:
+    """The row of a case as its phases measure it: every StepRow field they write (the
+    row's other fields are NOT_MEASURED), each None until written (what a failure leaves
+    unmeasured). Slots: writing a field that is not here, a misspelling, raises
+    AttributeError at that line. The values are validated once, when `row` makes the
+    StepRow (an out-of-range one fails the row); what crosses the pipe from a case's
+    process is `fields()`, plain JSON (`on_compiled`)."""
+
+    __slots__ = ()  # Figures' own slots are then the only attributes
 
     def fields(self) -> dict[str, Any]:
         """Every field by name, None where not measured (what `on_compiled` gets)."""
@@ -94,6 +80,19 @@ class Figures:
             return StepRow(**identity, **self.fields(), status=status, error=error)
         except pydantic.ValidationError as invalid:
             return StepRow(**identity, status="failed", error=f"invalid row: {one_line(invalid)}")
+
+
+Figures = dataclasses.make_dataclass(
+    "Figures",
+    [
+        (name, field.annotation, dataclasses.field(default=None))
+        for name, field in StepRow.model_fields.items()
+        if name not in NOT_MEASURED
+    ],
+    bases=(_Figures,),
+    slots=True,
+    module=__name__,
+)
 
 
 @dataclasses.dataclass

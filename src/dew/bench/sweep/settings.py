@@ -1,6 +1,6 @@
 """The step benchmark's settings, declared once.
 
-`Options` is what every case of a run shares. The command line (dew.bench.sweep.benchmark_step)
+`Options` is what every case of a run shares. The command line (dew.bench.sweep.step_command)
 takes
 these same fields as its flags (its `Args` extends this class), and the record's
 `Settings` is derived from them (`settings_record`), so a new setting is written in one

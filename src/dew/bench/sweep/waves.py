@@ -24,7 +24,7 @@ compiles with it off), and the timed process would not know its real compile tim
 the process that compiled is the one that is timed, so the row keeps its compile time and
 its allocator peak.
 
-On a GPU the default is one job (dew.bench.sweep.benchmark_step): concurrent compiles autotune their
+On a GPU the default is one job (dew.bench.sweep.step_command): concurrent compiles autotune their
 kernels concurrently on the one device, which can change the kernels chosen, and every
 waiting process holds device memory (JAX preallocates 75% of it per process).
 """
@@ -34,54 +34,54 @@ from __future__ import annotations
 import concurrent.futures
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
-from dew.bench.record.schema import StepRow
 from dew.bench.runtime.progress import SilentProgress
 from dew.bench.sweep.case_process import CaseProcess
 from dew.bench.sweep.presets import Case
+from dew.bench.sweep.run_record import Result
 from dew.bench.sweep.settings import Options
 
 WAVE_PER_JOB = 8  # children that may wait, compiled, per compile job
 MIN_FREE_BYTES = 2 * 1024**3
 
-OnRow = Callable[[int, Case, StepRow, float], None]  # (index, case, row, its seconds)
+Waiting = tuple[int, Case, CaseProcess, float]  # (position, case, its child, compile seconds)
 
 
 def run_round(
     items: Sequence[tuple[int, Case]],
     options: Options,
     jobs: int,
-    on_row: OnRow,
     progress: SilentProgress | None = None,
     before_timing: Callable[[], None] = lambda: None,
-) -> None:
-    """Run the cases `items` ((index, case) pairs) once each, in waves; `on_row` gets every
-    row as it is known: a case that fails to compile as soon as it fails, the others after
-    their timed windows, in the order of `items`. `before_timing` runs before each time
-    stage, when nothing compiles (the step benchmark reads the host's speed there).
-    `progress` hears every stage and phase (dew.bench.runtime.progress; silent by default)."""
+) -> Iterator[Result]:
+    """Run the cases `items` ((position, case) pairs) once each, in waves, yielding every
+    result as it is known: a case that fails to compile as soon as it fails, the others
+    after their timed windows, in the order of `items`. `before_timing` runs before each
+    time stage, when nothing compiles (the step benchmark reads the host's speed there).
+    `progress` hears every stage and phase (dew.bench.runtime.progress; silent by default).
+    Closing the generator early (an error where its results go, Ctrl-C) kills the
+    children it holds."""
     progress = progress or SilentProgress()
     pending = list(items)
     size = wave_size(len(pending), jobs)
-    waiting: list[tuple[int, Case, CaseProcess, float]] = []
+    waiting: list[Waiting] = []
     timing: CaseProcess | None = None  # the case being timed
     try:
         while pending:
-            waiting = _compile_stage(pending, options, jobs, size, on_row, progress)
-            progress.stage("time", [index for index, *_ in waiting])
+            waiting = yield from _compile_stage(pending, options, jobs, size, progress)
+            progress.stage("time", [position for position, *_ in waiting])
             if waiting:
                 before_timing()
             while waiting:
-                index, case, timing, compile_seconds = waiting.pop(0)
-                progress.set(index, "timing")
+                position, case, timing, compile_seconds = waiting.pop(0)
+                progress.set(position, "timing")
                 start = time.perf_counter()
                 row = timing.go()
                 timing = None
-                seconds = compile_seconds + time.perf_counter() - start
-                _report(on_row, progress, index, case, row, seconds)
-    finally:  # an error or Ctrl-C: no child outlives the round (and each keeps its log)
-        for *_, child, _ in waiting:
+                yield Result(position, case, row, compile_seconds + time.perf_counter() - start)
+    finally:  # an error, Ctrl-C or a generator closed: no child outlives the round
+        for *_, child, _ in waiting:  # (and each keeps its log)
             child.kill()
         if timing is not None:
             timing.kill()
@@ -100,14 +100,14 @@ def _compile_stage(
     options: Options,
     jobs: int,
     limit: int,
-    on_row: OnRow,
     progress: SilentProgress,
-) -> list[tuple[int, Case, CaseProcess, float]]:
-    """Start children from `pending` (consumed) until `limit` are in the wave; return the
-    ones compiled and waiting, in case order. A child that ended early reports its row here."""
-    ready: list[tuple[int, Case, CaseProcess, float]] = []
-    running: dict[concurrent.futures.Future, tuple[int, Case, CaseProcess, float]] = {}
-    progress.stage("compile", [index for index, _ in pending[:limit]], parallel=jobs)
+) -> Iterator[Result]:
+    """Start children from `pending` (consumed) until `limit` are in the wave; yield the
+    result of a child that ended early; return the ones compiled and waiting, in case
+    order."""
+    ready: list[Waiting] = []
+    running: dict[concurrent.futures.Future, Waiting] = {}
+    progress.stage("compile", [position for position, _ in pending[:limit]], parallel=jobs)
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
         try:
             while pending or running:
@@ -117,11 +117,11 @@ def _compile_stage(
                     and len(ready) + len(running) < limit
                     and _room_for_another([child for *_, child, _ in ready])
                 ):
-                    index, case = pending.pop(0)
+                    position, case = pending.pop(0)
                     child = CaseProcess(case, options)  # forked: starts in milliseconds
-                    progress.set(index, "compiling")
+                    progress.set(position, "compiling")
                     running[pool.submit(child.wait_ready)] = (
-                        index,
+                        position,
                         case,
                         child,
                         time.perf_counter(),
@@ -132,29 +132,19 @@ def _compile_stage(
                     running, return_when=concurrent.futures.FIRST_COMPLETED
                 )
                 for future in done:
-                    index, case, child, start = running.pop(future)
+                    position, case, child, start = running.pop(future)
                     seconds = time.perf_counter() - start
                     if future.result():
-                        progress.set(index, "compiled, waiting")
-                        progress.finish(index, None)  # its compile stage is over
-                        ready.append((index, case, child, seconds))
+                        progress.set(position, "compiled, waiting")
+                        progress.finish(position, None)  # its compile stage is over
+                        ready.append((position, case, child, seconds))
                     else:  # it ended before its turn: a failed row (or a compile-only one)
-                        _report(on_row, progress, index, case, child.go(), seconds)
-        except BaseException:
+                        yield Result(position, case, child.go(), seconds)
+        except BaseException:  # GeneratorExit too: the round was closed while compiling
             for *_, child, _ in [*ready, *running.values()]:
                 child.kill()
             raise
     return sorted(ready, key=lambda item: item[0])
-
-
-def _report(
-    on_row: OnRow, progress: SilentProgress, index: int, case: Case, row: StepRow, seconds: float
-) -> None:
-    """A row to `on_row`, then its note to the log (a damaged compilation cache entry
-    recompiled, a final loss that is not finite): the record keeps it too."""
-    on_row(index, case, row, seconds)
-    if row.note:
-        progress.note(f"warning: {case.label()}: {row.note}")
 
 
 def _room_for_another(waiting: Sequence[CaseProcess]) -> bool:

@@ -233,6 +233,7 @@ def _main(argv: list[str], held: contextlib.ExitStack) -> int:
     from dew.bench.runtime.progress import Progress
     from dew.bench.sweep import locked_clocks, own_step, preflight
     from dew.bench.sweep import run as step
+    from dew.bench.sweep.run_record import RecordNotWritten
     from dew.train import distributed
 
     args = cli.parse(Args, argv, prog="tools/benchmark_step.py")
@@ -295,7 +296,7 @@ def _main(argv: list[str], held: contextlib.ExitStack) -> int:
     except HostNotIdle as refusal:  # its text begins "error: ", which say() writes itself
         cli.say(PROG, str(refusal).removeprefix("error: "))
         return cli.EXIT_CHANGED
-    except step.RecordNotWritten as failure:  # what the record could not take: on stdout
+    except RecordNotWritten as failure:  # what the record could not take: on stdout
         print(report.step_table(failure.rows, fmt, compile_only=options.compile_only), end="")
         raise
     if leader:  # process 0 prints the table for the run
