@@ -69,6 +69,8 @@ import importlib, pkgutil, sys
 import dew.host
 for module in pkgutil.walk_packages(dew.host.__path__, "dew.host."):
     importlib.import_module(module.name)
+import dew.cli.main
+dew.cli.main.help_text()
 roots = {name.split(".")[0] for name in sys.modules}
 print(sorted(roots - set(sys.stdlib_module_names) - {"dew", "__main__"}))
 """
