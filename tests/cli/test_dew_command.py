@@ -86,3 +86,16 @@ def test_no_command_prints_the_help_and_exit_2():
     done = run("dew.cli")
     assert done.returncode == 2
     assert "commands:" in done.stderr
+
+
+def test_the_nox_commands_hand_paths_from_here(tmp_path, monkeypatch):
+    """nox runs a session from the noxfile's directory: a record, folder or PATH@REV named
+    from the caller's directory is made absolute; a commit, a flag or a number is not."""
+    from dew.cli.through_nox import from_here
+
+    (tmp_path / "run.json").write_text("{}")
+    (tmp_path / "pkg").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert from_here("run.json") == str(tmp_path / "run.json")
+    assert from_here("pkg@HEAD~1") == f"{tmp_path / 'pkg'}@HEAD~1"
+    assert [from_here(arg) for arg in ("HEAD", "--rounds", "7")] == ["HEAD", "--rounds", "7"]

@@ -4,21 +4,33 @@ checkout's locks, so they run as `nox -f <checkout>/noxfile.py -s NAME -- ARGS`;
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 from dew.bench.common.errors import EXIT_USAGE, say
 from dew.host.engine import ROOT
 
 
 def nox_argv() -> list[str] | None:
-    """nox in this interpreter, else on PATH; None without either."""
-    if importlib.util.find_spec("nox") is not None:
-        return [sys.executable, "-m", "nox"]
+    """nox in this interpreter, else in the Python this venv was made from (where the
+    README installs it: `python3.12 -m pip install nox`), else on PATH; None without."""
+    for python in (sys.executable, str(Path(sys.base_prefix) / "bin" / "python3")):
+        has_nox = subprocess.run([python, "-c", "import nox"], capture_output=True)
+        if has_nox.returncode == 0:
+            return [python, "-m", "nox"]
     found = shutil.which("nox")
     return [found] if found else None
+
+
+def from_here(arg: str) -> str:
+    """An argument that names a path from this directory (a record, a folder, a wheel,
+    `PATH@REV`), made absolute: nox runs its sessions from the noxfile's directory."""
+    path, at, rev = arg.rpartition("@") if "@" in arg else (arg, "", "")
+    if arg.startswith("-") or not path or not Path(path).exists():
+        return arg
+    return str(Path(path).resolve()) + at + rev
 
 
 def run_session(name: str, usage: str, argv: list[str]) -> int:
@@ -34,4 +46,5 @@ def run_session(name: str, usage: str, argv: list[str]) -> int:
     if nox is None:
         say(prog, "needs nox: python3.12 -m pip install nox")
         return EXIT_USAGE
-    return subprocess.run([*nox, "-f", str(noxfile), "-s", name, "--", *argv]).returncode
+    done = subprocess.run([*nox, "-f", str(noxfile), "-s", name, "--", *map(from_here, argv)])
+    return done.returncode
