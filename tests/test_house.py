@@ -1,6 +1,7 @@
 """The house's rules, checked on the tree itself: the import contract of pyproject.toml
-(layers, no circles, a schema that validates anywhere, benchmark kinds free of frameworks),
-modules of at most 450 lines and folders of at most 16 modules."""
+(layers, no circles, a schema that validates anywhere, benchmark kinds free of frameworks,
+a host side of the standard library alone, also imported in a bare Python), modules of at
+most 450 lines and folders of at most 16 modules."""
 
 from __future__ import annotations
 
@@ -44,6 +45,10 @@ def test_the_import_contract_holds():
         ("models/registry.py", "import dew.train.trainer"),
         # a benchmark kind pulling in a framework (the kinds are plain data and statistics)
         ("bench/analysis/kinds/step.py", "import jax"),
+        # the host side (the noxfile's, before any environment) needing a third-party package
+        ("host/engine.py", "import numpy"),
+        # ... or a part of dew that needs one
+        ("host/sessions/smoke.py", "import dew.bench.sweep.settings"),
     ],
 )
 def test_the_contract_catches_a_wrong_import(tmp_path, module, line):
@@ -57,6 +62,30 @@ def test_the_contract_catches_a_wrong_import(tmp_path, module, line):
 
 def _no_caches(directory, names):
     return [name for name in names if name == "__pycache__"]
+
+
+# Imports every module of dew.host and the `dew` command's dispatch, then names any module
+# loaded that is neither the standard library's nor dew's.
+BARE_IMPORT = """
+import importlib, pkgutil, sys
+import dew.host
+for module in pkgutil.walk_packages(dew.host.__path__, "dew.host."):
+    importlib.import_module(module.name)
+import dew.cli.main
+dew.cli.main.help_text()
+roots = {name.split(".")[0] for name in sys.modules}
+print(sorted(roots - set(sys.stdlib_module_names) - {"dew", "__main__"}))
+"""
+
+
+def test_the_host_side_imports_in_a_bare_python():
+    """As the noxfile imports it before any environment exists: no site-packages (-I -S),
+    only src/ on the path; `dew --help` too (its commands import their entry points only
+    when they run)."""
+    code = f"import sys; sys.path.insert(0, {str(REPO / 'src')!r})\n" + BARE_IMPORT
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "[]"
 
 
 def import_cycles(graph: grimp.ImportGraph) -> list[list[str]]:
@@ -108,7 +137,7 @@ def test_a_circle_is_found():
 
 
 def python_files() -> list[Path]:
-    roots = [REPO / "src", REPO / "docker", REPO / "scripts", REPO / "tools"]
+    roots = [REPO / "src", REPO / "scripts", REPO / "tools"]
     return [REPO / "noxfile.py"] + [p for root in roots for p in sorted(root.rglob("*.py"))]
 
 

@@ -1,11 +1,9 @@
-"""docker/engine.py's build-time bookkeeping: how long the last build of each kind took, kept
+"""dew.host.engine's build-time bookkeeping: how long the last build of each kind took, kept
 in a small JSON file and said before the next build. No engine and no build needed."""
 
 import json
 
-from docker_modules import load
-
-containers = load("engine")
+from dew.host import engine as containers
 
 
 def test_the_times_live_in_the_cache_dir():

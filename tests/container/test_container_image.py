@@ -15,19 +15,17 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from docker_modules import load, unavailable, worktrees
+from container_support import unavailable, worktrees
+
+from dew.host import bases, runner
+from dew.host import engine as containers
+from dew.host import image as images
+from dew.host import stack_images as stacks
 
 pytestmark = pytest.mark.container
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE_ENV = {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
-
-
-containers = load("engine")
-bases = load("base")
-images = load("image")
-runner = load("runner")
-stacks = load("stacks")
 
 
 @pytest.fixture(scope="module")

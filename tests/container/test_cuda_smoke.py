@@ -17,14 +17,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from docker_modules import load, nox_command, unavailable
+from container_support import nox_command, unavailable
+
+from dew.host import engine as containers
+from dew.host import image as images
+from dew.host.sessions import smoke
 
 pytestmark = pytest.mark.container
 
 ROOT = Path(__file__).resolve().parents[2]
-containers = load("engine")
-images = load("image")
-smoke = load("smoke")
 
 
 def _run_nox(nox, *args, timeout):

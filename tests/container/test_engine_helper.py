@@ -1,4 +1,4 @@
-"""docker/'s parts that need no engine: the mirror read from apt's configuration (base.py),
+"""dew.host's parts that need no engine: the mirror read from apt's configuration (bases.py),
 the image tag's content hash (image.py), the engine choice (engine.py), and the Dockerfile's
 lint."""
 
@@ -8,14 +8,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from docker_modules import load
+
+from dew.host import bases
+from dew.host import engine as containers
+from dew.host import image as images
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-containers = load("engine")
-bases = load("base")
-images = load("image")
 
 
 def _etc_apt(tmp_path: Path, sources: str = "", listing: str = "") -> Path:

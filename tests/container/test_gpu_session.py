@@ -22,17 +22,17 @@ import time
 from pathlib import Path
 
 import pytest
-from docker_modules import load, nox_command, unavailable
+from container_support import nox_command, unavailable
+
+from dew.host import benchmarks as bench
+from dew.host import engine as containers
+from dew.host import gpu_checks as gpu
+from dew.host import image as images
+from dew.host import runner
+from dew.host.sessions import bench_gpu
 
 ROOT = Path(__file__).resolve().parents[2]
 H200 = "NVIDIA H200, 580.95.05"  # nvidia-smi --query-gpu=name,driver_version, recorded
-
-containers = load("engine")
-runner = load("runner")
-images = load("image")
-gpu = load("gpu")
-bench = load("benchmarks")
-bench_gpu = load("bench_gpu")
 
 
 # --- the engine's GPU arguments, on the argv run_argv builds -------------------------------

@@ -1,4 +1,4 @@
-"""docker/outside.py without an engine: code from outside dew turned into wheels for
+"""dew.host.outside_sources without an engine: code from outside dew turned into wheels for
 `nox -s ab` and `nox -s reproduce` (a git checkout at a commit, a plain folder, a wheel),
 built for real by pip and setuptools from a copy of examples/dew-example committed twice
 to a git repository of the test's own; what of a record's outside packages a source
@@ -14,13 +14,12 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from docker_modules import ROOT, example_checkout, load
+from container_support import ROOT, example_checkout
 
 from dew.bench.record import stack
-
-outside = load("outside")
-reproduce = load("reproduce")
-Unreproducible = load("stacks").Unreproducible
+from dew.host import outside_sources as outside
+from dew.host import replay as reproduce
+from dew.host.stack_images import Unreproducible
 
 EXAMPLE = ROOT / "examples" / "dew-example"
 PYTHON = sys.executable  # the tests' venv: locks/dev.txt, with setuptools
@@ -221,7 +220,8 @@ def test_reproduce_takes_a_record_and_its_outside_sources(capsys):
 def test_reproduce_interleaved_is_ab_of_the_records_stack_and_todays():
     """reproduce --interleaved N: A the record (its stack), B HEAD, the record's cases,
     steps and XLA flags on both sides, its outside sources on both, N rounds."""
-    ab = load("ab")
+    from dew.host import ab_rounds as ab
+
     settings = {"preset": "cpu-smoke", "steps": 20, "warmup": 2,
                 "cases": [{"architecture": "uvit", "batch": 8}],
                 "options": {"xla_flags": "--xla_backend_optimization_level=0"}}  # fmt: skip
@@ -236,7 +236,8 @@ def test_reproduce_interleaved_is_ab_of_the_records_stack_and_todays():
 
 
 def test_ab_gives_outside_sources_to_both_sides_or_one_and_takes_steps():
-    ab = load("ab")
+    from dew.host import ab_rounds as ab
+
     args = ab.parse_ab(["HEAD", "HEAD", "--outside", "shared", "--a-outside", "old@v1",
                         "--b-outside", "new", "--step", "pkg.steps:make",
                         "--architectures", "m"])  # fmt: skip

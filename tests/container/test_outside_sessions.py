@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 
 import pytest
-from docker_modules import ROOT, example_checkout, git, load, nox_command, unavailable
+from container_support import ROOT, example_checkout, git, nox_command, unavailable
 
-containers = load("engine")
+from dew.host import engine as containers
 
 EXAMPLE = ROOT / "examples" / "dew-example"
 STEP = "dew_example.steps:make_step"

@@ -1,4 +1,4 @@
-"""docker/stacks.py, docker/ab.py and the stack naming in docker/image.py, base.py and
+"""dew.host.stack_images, ab_rounds and the stack naming in image.py, bases.py and
 runner.py, the parts that need no engine: what can and cannot be reproduced from a record,
 the A/B command line and round order, the step tool's flags for a record's settings,
 worktrees that never outlive their use, the directories handed to the image's user, and the
@@ -10,20 +10,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from docker_modules import load, worktrees
+from container_support import worktrees
 
 from dew.bench.record import stack
+from dew.host import ab_rounds as ab
+from dew.host import bases, handover, runner
+from dew.host import image as images
+from dew.host import stack_images as stacks
 
 ROOT = Path(__file__).resolve().parents[2]
 PUBLISHED = ROOT / "results" / "published" / "2026-09-02-rtx4080-6b0f119-small.json"
-
-
-bases = load("base")
-images = load("image")
-runner = load("runner")
-handover = load("handover")
-stacks = load("stacks")
-ab = load("ab")
 
 
 def git(*args: str) -> str:
@@ -253,7 +249,7 @@ def test_hand_over_lends_the_directories_and_gives_everything_back(tmp_path):
         assert path.stat().st_uid == caller
     if caller == 0:
         lent = subprocess.run(
-            [sys.executable, str(ROOT / "docker" / "handover.py"), "hand-over", "12345:12345",
+            [sys.executable, handover.__file__, "hand-over", "12345:12345",
              str(tmp_path), "--", *probe], capture_output=True, text=True,
         )  # fmt: skip
         assert lent.stdout.strip() == "12345" and tmp_path.stat().st_uid == 0

@@ -1,8 +1,9 @@
 """Test infrastructure: what the tests drive but dew itself never imports.
 
 slurm_cluster   a throwaway one-node SLURM cluster to submit to (munged, slurmctld and
-                slurmd as root); standard library only, because the noxfile's slurm-smoke
-                session loads it by file path before any environment exists
+                slurmd as root); standard library only, because the slurm-smoke
+                session (dew.host.sessions.slurm_smoke) imports it before any environment
+                exists
 browser         headless Chromium driven by Selenium through chromedriver (Debian's
                 chromium and chromium-driver): the site's browser test and the README's
                 screenshot

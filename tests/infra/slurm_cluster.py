@@ -10,9 +10,10 @@ this host alone, its configuration, keys, state and logs in a temporary director
 daemons are stopped and the directory removed whatever happens (an error, Ctrl-C,
 SIGTERM). The slurm-smoke nox session and tests/bench/multihost/test_slurm.py use it.
 
-Standard library only, and no import of dew or of the rest of tests/infra: the noxfile
-loads this file by its path before any environment exists. A loader by path registers the
-module in sys.modules before running it (its dataclasses look their module up there):
+Standard library only, and no import of dew or of the rest of tests/infra: the slurm-smoke
+session imports it (as `infra.slurm_cluster`, tests/ on sys.path) before any environment
+exists. A loader by path registers the module in sys.modules before running it (its
+dataclasses look their module up there):
 
     spec = importlib.util.spec_from_file_location("dew_slurm_cluster", PATH)
     slurm = sys.modules[spec.name] = importlib.util.module_from_spec(spec)

@@ -62,9 +62,10 @@ def _submit(cluster, results: Path, args: list[str], **env: str) -> slurm.Job:
 
 
 def test_the_cluster_module_loads_by_its_path_on_the_standard_library_alone():
-    """As the noxfile's slurm-smoke session loads it: by file path, registered in
-    sys.modules before it runs (its dataclasses look their module up there), in a Python
-    without site-packages (-I -S: no dew, no venv); its recipe path points into this repo."""
+    """By file path, registered in sys.modules before it runs (its dataclasses look their
+    module up there), in a Python without site-packages (-I -S: no dew, no venv), as the
+    slurm-smoke session needs it before any environment exists; its recipe path points
+    into this repo."""
     load = (
         "import importlib.util, sys\n"
         f"spec = importlib.util.spec_from_file_location('dew_slurm', {slurm.__file__!r})\n"

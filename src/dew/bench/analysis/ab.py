@@ -2,7 +2,7 @@
 
     python -m dew.bench.analysis.ab results/runs/<run>/ [--band 5] [--alpha 0.05] [--overwrite]
 
-docker/ab.py (run_rounds) ran every case once per side per round, each in a fresh
+dew.host.ab_rounds (run_rounds) ran every case once per side per round, each in a fresh
 process, alternating which side went first, and left RUN/ab-plan.json and one record per
 run under RUN/rounds/. This pairs them: for each case and round, the ratio B / A of ms/step
 (below 1: B is faster); for each case the geometric mean of those ratios, its 95%

@@ -372,7 +372,7 @@ def _code(repo: Path, environ: Mapping[str, str]) -> Code:
     commit = _git(repo, "rev-parse", "HEAD")
     if commit:
         status = _git(repo, "status", "--porcelain", "--untracked-files=no")
-        diff = _git(repo, "diff", "HEAD", "--binary") if status else None  # as docker/engine.py
+        diff = _git(repo, "diff", "HEAD", "--binary") if status else None  # as dew.host.engine
         digest = hashlib.sha256(diff.encode()).hexdigest() if diff else None
         return Code(commit=commit, dirty=bool(status), source="git", diff_sha256=digest)
     for var in COMMIT_VARIABLES:

@@ -17,8 +17,8 @@ from typing import Any, Literal
 from dew.bench.record.schema import Settings
 from dew.bench.sweep.presets import Case
 from dew.config import AttentionImpl, Dtype
+from dew.flags import CACHE_OFF  # --compilation-cache-dir off, shared with dew.host
 
-CACHE_OFF = "off"  # --compilation-cache-dir off: compile every case from scratch
 # What a row's figures depend on: --resume reuses a row only when all of these match.
 MEASURED_WITH = ("preset", "steps", "warmup", "dtype", "mesh", "compile_only", "xla_flags")
 MEASURED_WITH += ("attention_impl",)

@@ -39,7 +39,7 @@ class Devices(Record):
 
 class Container(Record):
     """The stack the run's image was built from, named fully enough to build it again
-    (docker/stacks.py): the commit (Code), the lock, the Dockerfile and the base."""
+    (dew.host.stack_images): the commit (Code), the lock, the Dockerfile and the base."""
 
     engine: str | None = Field(description="docker or podman, with its version")
     image_id: str | None

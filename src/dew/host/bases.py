@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .engine import (
+from dew.host.engine import (
     CACHE,
     Engine,
     EngineError,

@@ -1,13 +1,12 @@
 """The one container engine wrapper: pick docker or podman, with the flags this host needs,
 and ask it about images; the checkout's commit, and how long the last build of each kind
 took on this host (~/.cache/dew/build-times.json). Standard library only, like every module
-of docker/: the noxfile loads them before any environment exists (docker/ is no installed
-package: the noxfile's `load` makes it the package `dew_docker`).
+of dew.host: the noxfile imports them before any environment exists.
 
-The rest of docker/ builds on it: base.py (the base, the offline Debian one), wheelhouse.py,
+The rest of dew.host builds on it: bases.py (the base, the offline Debian one), wheelhouse.py,
 image.py (dew's image of a variant), runner.py (a command in the image or the session's
-venv), handover.py, gpu.py, stacks.py and ab.py (a record's stack; two side by side),
-benchmarks.py and reproduce.py (the sessions' steps).
+venv), handover.py, gpu_checks.py, stack_images.py and ab_rounds.py (a record's stack; two
+side by side), benchmarks.py and replay.py (the sessions' steps).
 
 Every failure a user can fix is an `EngineError` whose message is one line saying what to
 do; the noxfile prints it with `session.error`.
@@ -27,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]  # the checkout: src/dew/host/engine.py
 ENGINES = ("docker", "podman", "none")
 VARIANTS = ("cpu", "cuda12", "cuda13")
 CACHE = Path(os.environ.get("DEW_CACHE_DIR") or Path.home() / ".cache" / "dew")

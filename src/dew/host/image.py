@@ -18,8 +18,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .base import base_python, base_record, base_variables
-from .engine import (
+from dew.host.bases import base_python, base_record, base_variables
+from dew.host.engine import (
     CACHE,
     ROOT,
     VARIANTS,
@@ -34,14 +34,14 @@ from .engine import (
     record_build_seconds,
     sha256_file,
 )
-from .wheelhouse import wheelhouse
+from dew.host.wheelhouse import wheelhouse
 
 
 def image_tag(variant: str, base: str, tree: Path = ROOT, commit: str | None = None) -> str:
     """`localhost/dew:<variant>-<hash>`: the hash of what decides the stack (the Dockerfile,
     the lock, the variant and the base's digest), so an unchanged stack is reused.
 
-    With `commit` (a stack materialised at a commit, docker/stacks.py) the image also holds
+    With `commit` (a stack materialised at a commit, stack_images.py) the image also holds
     that commit's code and runs it as it is: `localhost/dew-stack:<variant>-<commit>-<hash>`.
     """
     digest = hashlib.sha256()

@@ -4,18 +4,16 @@ engine, the small preset's step benchmark (its idle check and --gpu-check gate, 
 each a fresh compile, GPU_ENV), the loader when a dataset is given, and the comparison with
 the published record.
 
-`session` is a nox.Session; nothing here imports nox (the noxfile passes its session in,
-and how to get the session's own venv for the record readers).
+`session` is a nox.Session; nothing here imports nox (the noxfile passes its session in).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
 
-from .base import DEFAULT_BASE_IMAGE
-from .benchmarks import (
+from dew.host.bases import DEFAULT_BASE_IMAGE
+from dew.host.benchmarks import (
     build_image,
     compare_with_published,
     last_option,
@@ -24,8 +22,9 @@ from .benchmarks import (
     resolve_base,
     step_benchmark,
 )
-from .gpu import GPU_ENV, gpu_preflight, gpu_visible_in_image, refuse
-from .runner import Runner, new_run_dir
+from dew.host.gpu_checks import GPU_ENV, gpu_preflight, gpu_visible_in_image, refuse
+from dew.host.runner import Runner, new_run_dir
+from dew.host.venvs import today_runner
 
 DEFAULT_VARIANT = "cuda13"
 # Three repeats, the fewest that let compare give a verdict (dew.bench.analysis.stats
@@ -42,10 +41,10 @@ def step_args(args: list[str]) -> list[str]:
     return [*GATES, *repeats, *args]
 
 
-def bench_gpu(session, today: Callable[[], Runner]) -> None:
+def bench_gpu(session) -> None:
     """The session: `-- [--variant cuda13|cuda12] [--base-image REF] [--data.path DIR]
-    [benchmark_step flags]`. `today()` is the session's venv (locks/dev.txt), where the
-    comparison runs: the measured images hold no report libraries."""
+    [benchmark_step flags]`. The comparison runs in the session's venv (locks/dev.txt,
+    `today_runner`): the measured images hold no report libraries."""
     args = list(session.posargs)
     variant = pop_option(args, "--variant", DEFAULT_VARIANT)
     requested_base = pop_option(args, "--base-image", os.environ.get("DEW_BASE_IMAGE"))
@@ -65,4 +64,4 @@ def bench_gpu(session, today: Callable[[], Runner]) -> None:
     if data_path:
         flowers = ["data:oxford-flowers", "--data.path", "/data"]
         loader_benchmark(runner, run_dir, flowers, against=run_dir / "step.json")
-    compare_with_published(today(), run_dir)
+    compare_with_published(today_runner(session), run_dir)

@@ -13,9 +13,8 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from dew.bench.common import files  # standard library only; the noxfile puts src/ on sys.path
-
-from .engine import (
+from dew.bench.common import files  # standard library only
+from dew.host.engine import (
     CACHE,
     IMAGE_ROOT,
     IMAGE_XLA_CACHE,
@@ -26,7 +25,7 @@ from .engine import (
     git_diff_sha256,
     host_run_flags,
 )
-from .image import Image
+from dew.host.image import Image
 
 HAND_OVER = Path(__file__).resolve().with_name("handover.py")
 

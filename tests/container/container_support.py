@@ -1,16 +1,11 @@
-"""What the container tests share: the standard-library modules under docker/, imported as
-the noxfile imports them, from the package `dew_docker` that the noxfile's `load` makes of
-docker/ (no installed package, on no sys.path), so that every test and the sessions share
-one module of each; the checkout's git worktrees, which a stack must never leave behind;
-nox as CI installs it; and how a missing engine or tool skips a test (or, under
-DEW_REQUIRE_ENGINE=1, as .ci/run sets it, fails it).
+"""What the container tests share (the host side itself is imported as dew.host): the
+checkout's git worktrees, which a stack must never leave behind; nox as CI installs it; a
+git repository of the example package; and how a missing engine or tool skips a test (or,
+under DEW_REQUIRE_ENGINE=1, as .ci/run sets it, fails it).
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.machinery
-import importlib.util
 import os
 import re
 import shutil
@@ -21,16 +16,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def load(module: str):
-    """docker/<module>.py as `dew_docker.<module>` (the package made first, once, as the
-    noxfile's `load` makes it)."""
-    if "dew_docker" not in sys.modules:
-        spec = importlib.machinery.ModuleSpec("dew_docker", None, is_package=True)
-        spec.submodule_search_locations = [str(ROOT / "docker")]
-        sys.modules["dew_docker"] = importlib.util.module_from_spec(spec)
-    return importlib.import_module(f"dew_docker.{module}")
 
 
 def worktrees() -> list[str]:

@@ -24,10 +24,9 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from dew.bench.record import stack  # standard library only; the noxfile puts src/ on sys.path
-
-from .runner import run_argv
-from .stacks import Unreproducible, git
+from dew.bench.record import stack  # standard library only
+from dew.host.runner import run_argv
+from dew.host.stack_images import Unreproducible, git
 
 OUTSIDE_SITE = "/opt/outside"  # where the installed packages appear in the container
 _WHEELS_INSIDE = "/opt/outside-wheels"

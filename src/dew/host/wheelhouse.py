@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from .engine import CACHE, ROOT, EngineError, sha256_file
+from dew.host.engine import CACHE, ROOT, EngineError, sha256_file
 
 
 def wheelhouse(variant: str, python: str, log=print, tree: Path = ROOT) -> Path:

@@ -1,4 +1,4 @@
-"""The body `nox -s cpu-smoke` and `nox -s cuda-smoke` share: the step benchmark on 8
+"""`nox -s cpu-smoke` and `nox -s cuda-smoke`, and the body they share: the step benchmark on 8
 simulated CPU devices, the loader on a synthetic ArrayRecord set at the smoke models' image
 size, each record validated; and what cuda-smoke adds: its variant, its three cases, and
 the check that its record names the CUDA image and the CUDA wheels installed in it.
@@ -13,9 +13,8 @@ import os
 import shutil
 from pathlib import Path
 
-from dew.bench.record import stack  # standard library only; the noxfile puts src/ on sys.path
-
-from .benchmarks import (
+from dew.bench.record import stack  # standard library only
+from dew.host.benchmarks import (
     SMOKE_ENV,
     SMOKE_IMAGE_SIZE,
     build_image,
@@ -26,8 +25,9 @@ from .benchmarks import (
     step_benchmark,
     usage,
 )
-from .engine import ROOT
-from .runner import Runner
+from dew.host.engine import ROOT
+from dew.host.runner import Runner, new_run_dir
+from dew.host.venvs import install_locked
 
 CUDA_VARIANTS = ("cuda12", "cuda13")
 DEFAULT_CUDA_VARIANT = "cuda13"
@@ -135,3 +135,27 @@ def verify_cuda_record(session, step_json: Path, image) -> None:
     if problems:
         session.error(f"{step_json.relative_to(ROOT)}: " + "; ".join(problems))
     session.log(f"record: {step_json.relative_to(ROOT)} names {image.ref} ({image.id[:19]})")
+
+
+def cpu_smoke(session) -> None:
+    """The session: `-- [--base-image REF] [benchmark_step.py flags]`; in the cpu image, or
+    in the session's venv from locks/dev.txt when no engine or base can be had."""
+    args = list(session.posargs)
+    engine, base = engine_and_base(session, args)
+    if engine is None or base is None:
+        why = no_image_reason(engine)
+        session.log(f"{why}: running in a nox venv from locks/dev.txt (container: null)")
+        install_locked(session)
+        runner = Runner(session)
+    else:
+        runner = Runner(session, engine, build_image(session, engine, "cpu", base))
+    smoke(runner, new_run_dir("cpu-smoke", "cpu"), args)
+
+
+def cuda_smoke(session) -> None:
+    """The session: `-- [cuda12|cuda13] [--base-image REF] [benchmark_step.py flags]`."""
+    variant, args = cuda_arguments(session.posargs)
+    engine, image = cuda_image(session, variant, args)
+    run_dir = new_run_dir("cuda-smoke", variant)
+    smoke(Runner(session, engine, image), run_dir, args)
+    verify_cuda_record(session, run_dir / "step.json", image)

@@ -12,17 +12,15 @@ import shutil
 from pathlib import Path
 
 from dew.bench.common.errors import EXIT_USAGE, say  # standard library only
-
-from . import image as images
-from .base import DEFAULT_BASE_IMAGE, OFFLINE_BASE_IMAGE, build_offline_base
-from .engine import IMAGE_XLA_CACHE, ROOT, EngineError, choose, image_exists, pull
-from .runner import Runner
+from dew.flags import CACHE_OFF
+from dew.host import image as images
+from dew.host.bases import DEFAULT_BASE_IMAGE, OFFLINE_BASE_IMAGE, build_offline_base
+from dew.host.engine import IMAGE_XLA_CACHE, ROOT, EngineError, choose, image_exists, pull
+from dew.host.runner import Runner
 
 SMOKE_ENV = {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
 # The image side of the cpu-smoke preset's samples (16x16x3, 4x16x16x3 for video).
 SMOKE_IMAGE_SIZE = 16
-# --compilation-cache-dir off (dew.bench.sweep.settings.CACHE_OFF; that module needs pydantic).
-CACHE_OFF = "off"
 
 
 def usage(prog: str, message: str):

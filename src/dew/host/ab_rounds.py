@@ -11,11 +11,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .engine import VARIANTS, image_exists
-from .image import image_from_ref
-from .outside import site_env, site_mounts
-from .runner import run_argv, to_image_path
-from .stacks import StackSpec, Unreproducible, git, resolve_commit, spec_from_record
+from dew.host.engine import VARIANTS, image_exists
+from dew.host.image import image_from_ref
+from dew.host.outside_sources import site_env, site_mounts
+from dew.host.runner import run_argv, to_image_path
+from dew.host.stack_images import StackSpec, Unreproducible, git, resolve_commit, spec_from_record
 
 TOOL = "tools/benchmark_step.py"
 
@@ -41,7 +41,7 @@ class AbArgs:
     variant: str = "cpu"
     env: dict = field(default_factory=lambda: {"A": {}, "B": {}})
     xla_flags: dict = field(default_factory=lambda: {"A": "", "B": ""})
-    outside: dict = field(default_factory=lambda: {"A": [], "B": []})  # docker/outside.py
+    outside: dict = field(default_factory=lambda: {"A": [], "B": []})  # outside_sources.py
     band: float = 5.0
     alpha: float = 0.05
 

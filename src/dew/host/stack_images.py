@@ -19,13 +19,20 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dew.bench.record import stack  # standard library only; the noxfile puts src/ on sys.path
+from dew.bench.record import stack  # standard library only
+from dew.host.bases import base_record, build_offline_base
+from dew.host.engine import (
+    ROOT,
+    EngineError,
+    base_digest,
+    image_exists,
+    image_tags,
+    pull,
+    remove_image,
+)
+from dew.host.image import build_image
 
-from .base import base_record, build_offline_base
-from .engine import ROOT, EngineError, base_digest, image_exists, image_tags, pull, remove_image
-from .image import build_image
-
-# The commit that brought docker/Dockerfile and docker/engine.py; a commit without the
+# The commit that brought docker/Dockerfile and its engine module; a commit without the
 # Dockerfile has no image to build (the check is the file's presence, this names it).
 FIRST_CONTAINER_COMMIT = "590027b"
 

@@ -16,13 +16,12 @@ import tempfile
 from pathlib import Path
 
 from dew.bench.record import stack
-
-from .base import DEFAULT_BASE_IMAGE
-from .benchmarks import choose_engine, resolve_base, usage
-from .engine import EngineError
-from .gpu import gpu_here, gpu_preflight
-from .outside import Package, install, keep, prepare_all
-from .stacks import Unreproducible, choose_base, materialise, remove_built
+from dew.host.bases import DEFAULT_BASE_IMAGE
+from dew.host.benchmarks import choose_engine, resolve_base, usage
+from dew.host.engine import EngineError
+from dew.host.gpu_checks import gpu_here, gpu_preflight
+from dew.host.outside_sources import Package, install, keep, prepare_all
+from dew.host.stack_images import Unreproducible, choose_base, materialise, remove_built
 
 REPRODUCE_USAGE = "reproduce RECORD.json [--outside PATH[@REV]|WHEEL]... [--interleaved N]"
 
@@ -129,7 +128,7 @@ def outside_wheels(
     origin: str,
     scratch: Path,
 ) -> tuple[list[Package], list[str]]:
-    """The wheels of the code from outside dew (docker/outside.py), built before any image
+    """The wheels of the code from outside dew (outside_sources.py), built before any image
     so that a bad source costs no build; and what of a record's outside packages they do not
     match. The session's venv builds them (the caller installed its lock: setuptools)."""
     python = str(Path(session.bin) / "python") if sources else ""  # nothing to build: unused

@@ -16,9 +16,9 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
-from .benchmarks import choose_engine, usage
-from .engine import Engine
-from .runner import run_argv
+from dew.host.benchmarks import choose_engine, usage
+from dew.host.engine import Engine
+from dew.host.runner import run_argv
 
 # The oldest driver each CUDA variant's wheels run on.
 MIN_DRIVER = {"cuda12": 525, "cuda13": 580}

@@ -3,7 +3,7 @@ container writes into to the image's user for the run, run it, then give everyth
 wrote back to the caller (runner.run_argv puts it in front of the engine's command for a
 root caller).
 
-Run as a script: standard library only, importing nothing of docker/.
+Run as a script: standard library only, importing nothing of dew.
 """
 
 from __future__ import annotations

@@ -1,0 +1,12 @@
+"""`dew ab`: `nox -s ab` (dew.host.sessions.ab_session)."""
+
+from __future__ import annotations
+
+SUMMARY = "two stacks timed side by side in paired, interleaved rounds (nox -s ab)"
+
+
+def main(argv: list[str]) -> int:
+    from dew.cli.through_nox import run_session
+    from dew.host.sessions.ab_session import USAGE
+
+    return run_session("ab", USAGE, argv)

@@ -1,0 +1,12 @@
+"""`dew reproduce`: `nox -s reproduce` (dew.host.sessions.reproduce)."""
+
+from __future__ import annotations
+
+SUMMARY = "rerun a step record on its own stack, then compare (nox -s reproduce)"
+
+
+def main(argv: list[str]) -> int:
+    from dew.cli.through_nox import run_session
+    from dew.host.sessions.reproduce import USAGE
+
+    return run_session("reproduce", USAGE, argv)

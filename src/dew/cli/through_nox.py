@@ -1,0 +1,50 @@
+"""The commands that are nox sessions (reproduce, ab): they build images and venvs from the
+checkout's locks, so they run as `nox -f <checkout>/noxfile.py -s NAME -- ARGS`; their
+`--help` is the session body's USAGE, printed without nox."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from dew.bench.common.errors import EXIT_USAGE, say
+from dew.host.engine import ROOT
+
+
+def nox_argv() -> list[str] | None:
+    """nox in this interpreter, else in the Python this venv was made from (where the
+    README installs it: `python3.12 -m pip install nox`), else on PATH; None without."""
+    for python in (sys.executable, str(Path(sys.base_prefix) / "bin" / "python3")):
+        has_nox = subprocess.run([python, "-c", "import nox"], capture_output=True)
+        if has_nox.returncode == 0:
+            return [python, "-m", "nox"]
+    found = shutil.which("nox")
+    return [found] if found else None
+
+
+def from_here(arg: str) -> str:
+    """An argument that names a path from this directory (a record, a folder, a wheel,
+    `PATH@REV`), made absolute: nox runs its sessions from the noxfile's directory."""
+    path, at, rev = arg.rpartition("@") if "@" in arg else (arg, "", "")
+    if arg.startswith("-") or not path or not Path(path).exists():
+        return arg
+    return str(Path(path).resolve()) + at + rev
+
+
+def run_session(name: str, usage: str, argv: list[str]) -> int:
+    if {"-h", "--help"} & set(argv):
+        print(f"usage: dew {usage}")
+        return 0
+    prog = f"dew {name}"
+    noxfile = ROOT / "noxfile.py"
+    if not noxfile.is_file():
+        say(prog, f"runs in a checkout of dew (its noxfile.py); {ROOT} has none")
+        return EXIT_USAGE
+    nox = nox_argv()
+    if nox is None:
+        say(prog, "needs nox: python3.12 -m pip install nox")
+        return EXIT_USAGE
+    done = subprocess.run([*nox, "-f", str(noxfile), "-s", name, "--", *map(from_here, argv)])
+    return done.returncode

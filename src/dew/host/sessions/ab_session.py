@@ -1,0 +1,65 @@
+"""Two stacks timed side by side on this host in paired, interleaved rounds (`nox -s ab`).
+
+A and B are each a commit, a record (its stack) or an image; code from outside dew (a git
+checkout at PATH@REV, a folder or a wheel) is installed beside each side's stack,
+--outside on both sides, --a-outside or --b-outside on one. Every round runs every case
+once per side, each in a fresh process, alternating which side goes first; then one record
+per side and the A/B table of the paired per-round ratios (dew.bench.analysis.ab),
+markdown and chart.
+"""
+
+from __future__ import annotations
+
+from dew.host import replay
+from dew.host.ab_rounds import AB_USAGE, parse_ab, resolve_side, run_rounds
+from dew.host.benchmarks import SMOKE_ENV
+from dew.host.engine import ROOT, EngineError
+from dew.host.runner import new_run_dir
+from dew.host.venvs import today_runner
+
+USAGE = f"{AB_USAGE}\n\n{__doc__}"
+
+
+def ab(session, posargs: list[str]) -> None:
+    """The session over `posargs` (AB_USAGE; `--help` prints USAGE); reproduce
+    --interleaved comes here too."""
+    if {"-h", "--help"} & set(posargs):
+        return print(f"usage: nox -s {USAGE}")
+    try:
+        args = parse_ab(posargs)
+    except EngineError as error:
+        replay.usage("ab", str(error))
+    engine = replay.engine_for(session, "ab", args.variant)
+    try:
+        sides = {
+            name: resolve_side(engine, name, given, args.variant)
+            for name, given in (("A", args.a), ("B", args.b))
+        }
+    except EngineError as error:
+        replay.usage("ab", str(error))
+    today = today_runner(session)  # its setuptools builds the outside code's wheels
+    for side in sides.values():
+        side.packages, lines = replay.outside_wheels(
+            session, "ab", args.outside[side.name], side.environment, f"{side.name} {side.given}",
+            replay.scratch_dir(),
+        )  # fmt: skip
+        for line in lines:
+            session.log(f"{side.name} not matched: {line}")
+    to_build = [side for side in sides.values() if side.image is None]
+    made = replay.materialise_all(session, "ab", engine, [side.spec for side in to_build])
+    for side, (image, lines) in zip(to_build, made, strict=True):
+        side.image = image
+        for line in lines:
+            session.log(f"{side.name} not matched: {line}")
+    for side in sides.values():
+        if side.image.variant != args.variant:
+            why = f"a {side.image.variant} image, not {args.variant} (--variant)"
+            replay.usage("ab", f"{side.name} {side.given} is {why}")
+    run_dir = new_run_dir(f"ab-{args.preset}", args.variant)
+    for side in sides.values():
+        into = run_dir / "outside" / side.name
+        side.site = replay.outside_site(session, "ab", engine, side.image, side.packages, into)
+    env = SMOKE_ENV if args.variant == "cpu" else {"JAX_PLATFORMS": "cuda"}
+    run_rounds(engine, sides, args, run_dir, env, log=session.log)
+    today.python("-m", "dew.bench.analysis.ab", today.path(run_dir), success_codes=(0, 1, 3))
+    session.log(f"A/B: {(run_dir / 'ab.md').relative_to(ROOT)}, a.json, b.json, ab.png")
