@@ -8,4 +8,4 @@ SUMMARY = "time one compiled training step per case (tools/benchmark_step.py)"
 def main(argv: list[str]) -> int:
     from dew.bench.sweep.step_command import main as benchmark_step
 
-    return benchmark_step(argv)
+    return benchmark_step(argv, prog="dew step")

@@ -195,16 +195,14 @@ class Args:
     batches (dew.bench.loader.measure.repeat_deadline)"""
 
 
-def parse_args(argv: list[str]) -> Args:
+def parse_args(argv: list[str], prog: str = "tools/benchmark_data.py") -> Args:
     """tyro's parse of the seed's syntax plus what tyro cannot check; bad input raises
     cli.UsageError (one line, flags spelled as typed)."""
     subcommands = [f"data:{name}" for name in DATASETS]
     for token in argv:  # tyro reports an unknown subcommand as an unrecognized argument
         if token.startswith("data:") and token not in subcommands:
             raise UsageError(f"unknown dataset {token!r}; valid: {', '.join(subcommands)}")
-    args = cli.parse(
-        Args, argv, prog="tools/benchmark_data.py", config=(tyro.conf.CascadeSubcommandArgs,)
-    )
+    args = cli.parse(Args, argv, prog=prog, config=(tyro.conf.CascadeSubcommandArgs,))
     for name, value, least in (
         ("batch", args.batch, 1),
         ("steps", args.steps, 1),
@@ -349,9 +347,10 @@ def write_record(args: Args, argv: list[str], row: DataRow, load: str, check=Non
     print(f"wrote {args.json_out}")
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = "tools/benchmark_data.py") -> int:
+    """`prog` is the name its help and usage show (`dew data` through the dew command)."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    return faults(PROG, lambda: cli.run(PROG, lambda: run(parse_args(argv), argv)))
+    return faults(PROG, lambda: cli.run(PROG, lambda: run(parse_args(argv, prog), argv)))
 
 
 if __name__ == "__main__":

@@ -219,14 +219,15 @@ def log(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """The CLI: parse, check, run every case, print the table; returns the exit code."""
+def main(argv: Sequence[str] | None = None, prog: str = "tools/benchmark_step.py") -> int:
+    """The CLI: parse, check, run every case, print the table; returns the exit code. `prog`
+    is the name its help and usage show (`dew step` through the dew command)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     with contextlib.ExitStack() as held:  # the record's lock, released however the run ends
-        return faults(PROG, lambda: cli.run(PROG, lambda: _main(argv, held)))
+        return faults(PROG, lambda: cli.run(PROG, lambda: _main(argv, held, prog)))
 
 
-def _main(argv: list[str], held: contextlib.ExitStack) -> int:
+def _main(argv: list[str], held: contextlib.ExitStack, prog: str) -> int:
     from dew.bench.analysis import tables as report
     from dew.bench.runtime import sockets
     from dew.bench.runtime.idle import HostNotIdle
@@ -236,7 +237,7 @@ def _main(argv: list[str], held: contextlib.ExitStack) -> int:
     from dew.bench.sweep.run_record import RecordNotWritten
     from dew.train import distributed
 
-    args = cli.parse(Args, argv, prog="tools/benchmark_step.py")
+    args = cli.parse(Args, argv, prog=prog)
     fmt = report.for_terminal(args.format)
     options, cases = options_from(args)
     check_outputs(args)
