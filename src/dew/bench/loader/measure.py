@@ -2,19 +2,18 @@
 (measure_in_child, one repeat of `benchmark_data --repeats N`).
 
 A repeat's process is `python -m dew.bench.loader.measure`; it speaks
-dew.bench.runtime.protocol with the run: the run sends its Job, the child sends its Notices
-(a capped worker count) and then its row (Measured) or its bad input (Refused, the run's
-one line and exit 2). Its stdout and stderr are its log: the last line there is the error
-of a repeat that died. A repeat that passes its deadline (--case-timeout, or
-repeat_deadline: 30 min for imports, the workers' start, warmup and timed batches, more
-for many samples) is killed with its workers (its process group) and fails the run in one
+dew.bench.runtime.conversation's messages with the run: the run sends its Job, the child
+sends its Notices (a capped worker count) and then its row (Result) or its bad input
+(Refused, the run's one line and exit 2). Its stdout and stderr are its log: the last line
+there is the error of a repeat that died. A repeat that passes its deadline
+(--case-timeout, or repeat_deadline: 30 min for imports, the workers' start, warmup and
+timed batches, more for many samples) is killed with its workers (its process group) and fails the run in one
 line, exit 1, as one that dies does; one out of memory (the kernel's OOM killer, a failed
 allocation) fails it with "out of memory in the repeat: ..." (dew.bench.runtime.protocol).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 import time
 import traceback
@@ -26,6 +25,7 @@ from dew.bench.common import cli
 from dew.bench.common.cli import UsageError
 from dew.bench.record.schema import DataRepeat, DataRow
 from dew.bench.runtime import protocol
+from dew.bench.runtime.conversation import Job, Notice, Refused, Result
 from dew.bench.runtime.protocol import spawn
 from dew.data.pipeline import make_source, open_batches
 from dew.data.spec import DATASETS, DatasetSpec
@@ -97,38 +97,6 @@ class RepeatFailed(Exception):
     """A repeat's process died or timed out (not bad input): one line, exit 1."""
 
 
-@dataclasses.dataclass(frozen=True)
-class Job(protocol.Message):
-    """The run's: what the repeat measures (measure_loader's arguments, the spec as JSON)."""
-
-    dataset: str
-    spec: dict
-    batch: int
-    steps: int
-    warmup: int
-
-
-@dataclasses.dataclass(frozen=True)
-class Notice(protocol.Message):
-    """The child's: a notice (a capped worker count), shown by the run."""
-
-    text: str
-
-
-@dataclasses.dataclass(frozen=True)
-class Refused(protocol.Message):
-    """The child's: its bad input (an unreadable record), the run's one line, exit 2."""
-
-    error: str
-
-
-@dataclasses.dataclass(frozen=True)
-class Measured(protocol.Message):
-    """The child's: its row (a DataRow as JSON)."""
-
-    row: dict
-
-
 def measure_in_child(
     spec: DatasetSpec,
     batch: int,
@@ -141,7 +109,8 @@ def measure_in_child(
     """measure_loader in a fresh process; its bad input raises UsageError, a death or a
     repeat past `timeout_s` (default: repeat_deadline; killed with its workers)
     RepeatFailed."""
-    job = Job(spec.name, spec.model_dump(mode="json"), batch, steps, warmup)
+    work = {"dataset": spec.name, "spec": spec.model_dump(mode="json"), "batch": batch}
+    job = Job(work | {"steps": steps, "warmup": warmup})
     if timeout_s is None:
         timeout_s = repeat_deadline(batch, steps, warmup)
     deadline = protocol.Deadline(timeout_s)
@@ -150,7 +119,7 @@ def measure_in_child(
         while True:
             try:
                 message = child.receive(
-                    Notice, Refused, Measured,
+                    Notice, Refused, Result,
                     phase="the repeat", deadline=deadline, waiting_for="its row",
                 )  # fmt: skip
             except protocol.ChildFailed as error:
@@ -177,13 +146,14 @@ def child_main() -> int:
     job = parent.receive(Job)
     if job is None:  # the run has gone
         return cli.EXIT_CHANGED
-    spec = DATASETS[job.dataset].model_validate(job.spec)
+    work = job.work
+    spec = DATASETS[work["dataset"]].model_validate(work["spec"])
 
     def notify(line: str) -> None:
         parent.send(Notice(line))
 
     try:
-        row = measure_loader(spec, job.batch, job.steps, job.warmup, notify=notify)
+        row = measure_loader(spec, work["batch"], work["steps"], work["warmup"], notify=notify)
     except ValueError as error:  # DataError included: the run's one line
         parent.send(Refused(str(error)))
         return cli.EXIT_USAGE
@@ -192,7 +162,7 @@ def child_main() -> int:
         traceback.print_exc()
         print(cli.one_line(error), file=sys.stderr, flush=True)
         return cli.EXIT_CHANGED
-    parent.send(Measured(row.model_dump(mode="json")))
+    parent.send(Result(row.model_dump(mode="json")))
     return cli.EXIT_OK
 
 

@@ -2,7 +2,8 @@
 
 Three children speak it: a case's (dew.bench.sweep.case_process, forked from the
 forkserver), a loader repeat's (dew.bench.loader.measure, `benchmark_data --repeats`) and
-the device probe (dew.bench.sweep.preflight). The design:
+the device probe (dew.bench.sweep.preflight); the two benchmark children's messages are
+dew.bench.runtime.conversation's, one lifecycle for every kind. The design:
 
     messages    a frozen dataclass per kind (subclasses of `Message`), sent as tagged JSON
                 ({"kind": its class name, "fields": {...}}), one per frame;

@@ -12,12 +12,12 @@ devices, its XLA flags, its allocator peak), as a fresh process would. The serve
 the children's environment (the allocator's LD_PRELOAD, XLA_FLAGS; JAX reads its JAX_*
 variables at import), and is started again when a run's children need another.
 
-The conversation with a child, in dew.bench.runtime.protocol over a pipe: the child gets
-the job with its start; it builds, compiles and initialises the case, sends what it knows
-then (Compiled: so a child that dies later still reports its params and GFLOP) and waits;
-the parent sends Go when the case's turn to be timed has come (dew.bench.sweep.waves
+The conversation with a child, dew.bench.runtime.conversation's over a pipe: the child
+gets the job with its start; it builds, compiles and initialises the case, sends what it
+knows then (Ready: so a child that dies later still reports its params and GFLOP) and
+waits; the parent sends Go when the case's turn to be timed has come (dew.bench.sweep.waves
 compiles several at once and times one at a time); the child times it and sends its row
-(Finished). Every wait of the parent has a deadline (dew.bench.sweep.settings
+(Result). Every wait of the parent has a deadline (dew.bench.sweep.settings
 .case_deadlines: --case-timeout, or 30 min from the child's start to compile, 10 min per
 100 steps from its Go to time): a child past it is killed and its row fails, "timed out
 after N s in compile" (or timing), and the sweep goes on; `--resume` runs it again. The
@@ -53,6 +53,7 @@ from typing import Any
 
 from dew.bench.record.schema import StepRow
 from dew.bench.runtime import protocol, sockets
+from dew.bench.runtime.conversation import Go, Ready, Result
 from dew.bench.runtime.phases import PhaseClock
 from dew.bench.sweep.case_run import make_row, profile_name, run_case
 from dew.bench.sweep.presets import Case
@@ -141,26 +142,6 @@ def stop_forkserver() -> None:
     forkserver._forkserver._stop()
 
 
-@dataclasses.dataclass(frozen=True)
-class Compiled(protocol.Message):
-    """The child's, once compiled and initialised: what it knows then (params, GFLOP,
-    compile s), kept in a row should it die later."""
-
-    figures: dict[str, Any]
-
-
-@dataclasses.dataclass(frozen=True)
-class Go(protocol.Message):
-    """The parent's: the child's turn to be timed has come."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Finished(protocol.Message):
-    """The child's last: its row (a StepRow as JSON)."""
-
-    row: dict[str, Any]
-
-
 class CaseProcess:
     """A case's child process, driven in two steps, so that a sweep can compile several
     cases at once and time one at a time (dew.bench.sweep.waves):
@@ -220,10 +201,8 @@ class CaseProcess:
         """Block until the child is compiled and waits for its turn (True), or has ended or
         passed its compile deadline (False: its row, failed or compile-only, is then in
         `self.row` after `go()`)."""
-        message = self._receive(
-            Compiled, Finished, phase="compile", deadline=self._compile_deadline
-        )
-        if isinstance(message, Compiled):
+        message = self._receive(Ready, Result, phase="compile", deadline=self._compile_deadline)
+        if isinstance(message, Ready):
             self.compiled = message.figures
             return True
         return False
@@ -232,7 +211,7 @@ class CaseProcess:
         """Let a ready child time its case; return its row once it exits."""
         if self.row is None and self._failure is None:
             self._child.send(Go())
-            self._receive(Finished, phase="timing", deadline=self.timed_s)
+            self._receive(Result, phase="timing", deadline=self.timed_s)
         return self._finish()
 
     def kill(self) -> None:
@@ -259,7 +238,7 @@ class CaseProcess:
 
     def _receive(self, *kinds, phase: str, deadline) -> protocol.Message | None:
         """The child's next message; None when it failed (`self._failure` says how)."""
-        waiting_for = "its row" if kinds == (Finished,) else "its compiled step"
+        waiting_for = "its row" if kinds == (Result,) else "its compiled step"
         try:
             message = self._child.receive(
                 *kinds, phase=phase, deadline=deadline, waiting_for=waiting_for
@@ -267,7 +246,7 @@ class CaseProcess:
         except protocol.ChildFailed as failure:
             self._failure = failure
             return None
-        if isinstance(message, Finished):
+        if isinstance(message, Result):
             self.row = StepRow.model_validate(message.row)
         return message
 
@@ -298,8 +277,8 @@ class CaseProcess:
 
 
 def child_main(job: dict[str, Any], connection, output: str) -> None:
-    """The child, forked from the server: the job's case, Compiled once compiled, then
-    (after Go) Finished with its row, on `connection`; its stdout and stderr to the file
+    """The child, forked from the server: the job's case, Ready once compiled, then
+    (after Go) Result with its row, on `connection`; its stdout and stderr to the file
     `output`."""
     # The cycle collector is off until the case is compiled: tracing and lowering make
     # millions of objects and no garbage worth a pass (4% of unet_2d_condition's CPU time
@@ -319,7 +298,7 @@ def child_main(job: dict[str, Any], connection, output: str) -> None:
         gc.collect()
         gc.freeze()
         gc.enable()
-        parent.send(Compiled(figures))
+        parent.send(Ready(figures))
         if parent.receive(Go) is None:  # the parent gave up on this case (or died)
             _exit()
 
@@ -328,7 +307,7 @@ def child_main(job: dict[str, Any], connection, output: str) -> None:
     os.environ.update(case_environment(case))  # before the case starts the backend
     row = run_case(case, options, report_compiled, clock)
     row = row.model_copy(update=allocator_fields(os.environ))  # as this process had it
-    parent.send(Finished(row.model_dump(mode="json")))
+    parent.send(Result(row.model_dump(mode="json")))
     # Nothing is left to do: skip the interpreter's and JAX's teardown (a second or more).
     _exit()
 
