@@ -52,7 +52,8 @@ from typing import Annotated, Literal
 import pydantic
 import tyro
 
-from dew.bench.analysis.repeats import summarize_data, with_host_readings
+from dew.bench.analysis.kinds import KINDS
+from dew.bench.analysis.repeats import with_host_readings
 from dew.bench.common import cli
 from dew.bench.common.cli import UsageError
 from dew.bench.common.errors import Interrupted, WriteFailed, faults
@@ -111,7 +112,7 @@ def measure_repeats(args: Args, *, notify=print_notice) -> DataRow:
             f"first batch {row.first_batch_s:.2f} s"
         )
         rows.append(row)
-    return summarize_data(rows[0], [repeat for row in rows for repeat in row.repeats or []])
+    return KINDS["data"].summarize(rows[0], [r for row in rows for r in row.repeats or []])
 
 
 def _busy(mode: str) -> str | None:

@@ -7,9 +7,10 @@ sends its Notices (a capped worker count) and then its row (Result) or its bad i
 (Refused, the run's one line and exit 2). Its stdout and stderr are its log: the last line
 there is the error of a repeat that died. A repeat that passes its deadline
 (--case-timeout, or repeat_deadline: 30 min for imports, the workers' start, warmup and
-timed batches, more for many samples) is killed with its workers (its process group) and fails the run in one
-line, exit 1, as one that dies does; one out of memory (the kernel's OOM killer, a failed
-allocation) fails it with "out of memory in the repeat: ..." (dew.bench.runtime.protocol).
+timed batches, more for many samples) is killed with its workers (its process group) and
+fails the run in one line, exit 1, as one that dies does; one out of memory (the kernel's
+OOM killer, a failed allocation) fails it with "out of memory in the repeat: ..."
+(dew.bench.runtime.protocol).
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import traceback
 
 import numpy as np
 
-from dew.bench.analysis.repeats import DIGITS, summarize_data
+from dew.bench.analysis.kinds import KINDS
+from dew.bench.analysis.repeats import DIGITS
 from dew.bench.common import cli
 from dew.bench.common.cli import UsageError
 from dew.bench.record.schema import DataRepeat, DataRow
@@ -87,7 +89,7 @@ def measure_loader(
         intervals_ms=[round(float(value) * 1e3, DIGITS) for value in intervals],
         first_batch_s=first_batch_s,
     )
-    return summarize_data(row, [repeat])
+    return KINDS["data"].summarize(row, [repeat])
 
 
 # --- a repeat in a fresh process -------------------------------------------------------------

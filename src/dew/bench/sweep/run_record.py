@@ -21,8 +21,9 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
+from dew.bench.analysis.kinds import KINDS
 from dew.bench.analysis.noise import auto_noise
-from dew.bench.analysis.repeats import auto_stop, summarize_step, with_host_readings
+from dew.bench.analysis.repeats import auto_stop, with_host_readings
 from dew.bench.common.errors import WriteFailed
 from dew.bench.common.files import atomic_write
 from dew.bench.multihost.combine import PARTIAL_NOTE
@@ -263,7 +264,7 @@ class RunRecord:
 
 def merge_repeat(previous: StepRow | None, new: StepRow) -> StepRow:
     """The case's row once `new` (one more repeat) has run after `previous` (None: first):
-    the medians over every repeat (dew.bench.analysis.repeats.summarize_step); a failed
+    the medians over every repeat (the step kind's summary, KINDS["step"].summarize); a failed
     repeat after ok ones is a warning on the row, not its failure."""
     if new.status != "ok":
         if previous is None or previous.status != "ok":
@@ -272,8 +273,8 @@ def merge_repeat(previous: StepRow | None, new: StepRow) -> StepRow:
         note = f"repeat {failed} failed: {new.error}"
         return previous.model_copy(update={"warnings": [*previous.warnings, note]})
     if previous is None or previous.status != "ok" or not previous.repeats:
-        return summarize_step(new, new.repeats or [])
-    return summarize_step(new, [*previous.repeats, *(new.repeats or [])], first=previous)
+        return KINDS["step"].summarize(new, new.repeats or [])
+    return KINDS["step"].summarize(new, [*previous.repeats, *(new.repeats or [])], previous)
 
 
 def merged_cases(previous: BenchmarkRun | None, cases: Sequence[Case]) -> list[Case]:

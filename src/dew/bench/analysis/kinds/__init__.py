@@ -66,8 +66,10 @@ class Kind(Protocol):
             return [getattr(repeat, timing) for repeat in repeats]
         return [getattr(row, timing)]
 
-    def summarize(self, row: Any, repeats: list) -> Any:
-        """The row from its repeats (medians, interval, warnings); as it is by default."""
+    def summarize(self, row: Any, repeats: list, first: Any = None) -> Any:
+        """The row from its repeats (medians, interval, warnings), the measuring code's one
+        way to make it; `first` is the row the earlier repeats made (a resumed or repeated
+        case), None for a row's first. As it is by default."""
         return row
 
     def table(self, record: BenchmarkRun, fmt: str = "tsv") -> str:

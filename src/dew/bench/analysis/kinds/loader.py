@@ -30,7 +30,9 @@ class LoaderKind(Kind):
             figures = [1e3 * row.batch / row.samples_per_s]
         return figures
 
-    def summarize(self, row: DataRow, repeats_: list[DataRepeat]) -> DataRow:
+    def summarize(
+        self, row: DataRow, repeats_: list[DataRepeat], first: DataRow | None = None
+    ) -> DataRow:
         return repeats.summarize_data(row, repeats_)
 
     def table(self, record: BenchmarkRun, fmt: str = "tsv") -> str:

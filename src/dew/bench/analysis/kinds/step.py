@@ -31,8 +31,10 @@ class StepKind(Kind):
             return [r.ms_per_step for r in row.repeats if r.ms_per_step]
         return [getattr(row, timing)]
 
-    def summarize(self, row: StepRow, repeats_: list[StepRepeat]) -> StepRow:
-        return repeats.summarize_step(row, repeats_)
+    def summarize(
+        self, row: StepRow, repeats_: list[StepRepeat], first: StepRow | None = None
+    ) -> StepRow:
+        return repeats.summarize_step(row, repeats_, first=first)
 
     def table(self, record: BenchmarkRun, fmt: str = "tsv") -> str:
         compile_only = bool(record.settings.compile_only)
