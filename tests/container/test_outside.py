@@ -207,14 +207,16 @@ def test_reproduce_takes_a_record_and_its_outside_sources(capsys):
     assert reproduce.parse_reproduce(["r.json", "--interleaved", "5"])[2] == 5
     for argv, message in [
         ([], "takes one step record (a JSON file), got 0"),
-        (["r.json", "--outside"], "--outside needs a value"),
-        (["r.json", "--interleaved", "1"], "--interleaved '1' is not a number of rounds >= 2"),
-        (["r.json", "--other", "x"], "unrecognized argument --other"),
+        (["r.json", "--outside"], "argument --outside: expected one argument"),
+        (["r.json", "--interleaved", "1"], "--interleaved: '1' is not a number of rounds >= 2"),
+        (["r.json", "--other", "x"], "unrecognized arguments: --other"),
+        (["a.json", "b.json"], "takes one step record (a JSON file), got 2"),
     ]:
         with pytest.raises(SystemExit) as exit_:
             reproduce.parse_reproduce(argv)
         assert exit_.value.code == 2
-        assert message in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, err
 
 
 def test_reproduce_interleaved_is_ab_of_the_records_stack_and_todays():

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from container_support import worktrees
 
+from dew.bench.common.errors import UsageError
 from dew.bench.record import stack
 from dew.host import ab_rounds as ab
 from dew.host import bases, handover, runner
@@ -131,15 +132,17 @@ def test_the_issue_command_line_parses():
         (["A", "B", "--architectures", "uvit", "--rounds", "0"], "--rounds must be at least 1"),
         (["A", "--architectures", "uvit"], "ab takes two stacks A and B, got 1"),
         (["A", "B"], "ab needs --architectures, --cases or --step"),
-        (["A", "B", "--cases", "{"], "--cases is not valid JSON"),
-        (["A", "B", "--architectures", "uvit", "--rounds", "x"], "--rounds 'x' is not a number"),
+        (["A", "B", "--cases", "{"], "--cases: not valid JSON"),
+        (["A", "B", "--cases", '{"a": 1}'], "--cases: must be a JSON list of objects"),
+        (["A", "B", "--architectures", "uvit", "--rounds", "x"], "invalid int value: 'x'"),
         (["A", "B", "--architectures", "uvit", "--a-env", "NOEQUALS"], "is not KEY=VALUE"),
-        (["A", "B", "--architectures", "uvit", "--bogus", "1"], "unrecognized argument --bogus"),
-        (["A", "B", "--architectures", "uvit", "--variant", "rocm"], "--variant 'rocm'"),
+        (["A", "B", "--architectures", "uvit", "--bogus", "1"], "unrecognized arguments: --bogus"),
+        (["A", "B", "--architectures", "uvit", "--variant", "rocm"], "invalid choice: 'rocm'"),
+        (["A", "B", "--architectures", "uvit", "--a-xla-flags"], "--a-xla-flags: expected one"),
     ],
 )
 def test_bad_ab_input_is_one_line(argv, message):
-    with pytest.raises(stacks.Unreproducible, match=message) as error:
+    with pytest.raises(UsageError, match=message) as error:
         ab.parse_ab(argv)
     assert "\n" not in str(error.value)
 

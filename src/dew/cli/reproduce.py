@@ -7,6 +7,6 @@ SUMMARY = "rerun a step record on its own stack, then compare (nox -s reproduce)
 
 def main(argv: list[str]) -> int:
     from dew.cli.through_nox import run_session
-    from dew.host.sessions.reproduce import USAGE
+    from dew.host.sessions.reproduce import help_text
 
-    return run_session("reproduce", USAGE, argv)
+    return run_session("reproduce", help_text("dew reproduce"), argv)

@@ -1,6 +1,6 @@
 """The commands that are nox sessions (reproduce, ab): they build images and venvs from the
 checkout's locks, so they run as `nox -f <checkout>/noxfile.py -s NAME -- ARGS`; their
-`--help` is the session body's USAGE, printed without nox."""
+`--help` is the session body's help_text, printed without nox."""
 
 from __future__ import annotations
 
@@ -33,9 +33,9 @@ def from_here(arg: str) -> str:
     return str(Path(path).resolve()) + at + rev
 
 
-def run_session(name: str, usage: str, argv: list[str]) -> int:
+def run_session(name: str, help_text: str, argv: list[str]) -> int:
     if {"-h", "--help"} & set(argv):
-        print(f"usage: dew {usage}")
+        print(help_text, end="")
         return 0
     prog = f"dew {name}"
     noxfile = ROOT / "noxfile.py"

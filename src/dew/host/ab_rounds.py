@@ -4,6 +4,7 @@ host in paired, interleaved rounds; the records and the plan dew.bench.analysis.
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import time
@@ -11,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dew.bench.common.arguments import OneLineParser
+from dew.bench.common.errors import UsageError
 from dew.host.engine import VARIANTS, image_exists
 from dew.host.image import image_from_ref
 from dew.host.outside_sources import site_env, site_mounts
@@ -18,13 +21,6 @@ from dew.host.runner import run_argv, to_image_path
 from dew.host.stack_images import StackSpec, Unreproducible, git, resolve_commit, spec_from_record
 
 TOOL = "tools/benchmark_step.py"
-
-AB_USAGE = (
-    "ab A B [--rounds R] [--preset P] (--architectures NAME... | --cases JSON) "
-    "[--step MODULE:FACTORY]... [--steps N] [--warmup N] [--variant cpu|cuda12|cuda13] "
-    "[--outside SRC]... [--a-outside SRC]... [--b-outside SRC]... [--a-env K=V]... "
-    "[--b-env K=V]... [--a-xla-flags FLAGS] [--b-xla-flags FLAGS] [--band PCT] [--alpha A]"
-)
 
 
 @dataclass
@@ -46,73 +42,79 @@ class AbArgs:
     alpha: float = 0.05
 
 
+def ab_parser(prog: str, description: str = "") -> OneLineParser:
+    """`ab A B [flags]`: the flags of AbArgs."""
+    parser = OneLineParser(prog=prog, description=description)
+    add = parser.add_argument
+    add("stacks", nargs="*", metavar="STACK", help="A, then B: each a commit, a record (its "
+        "stack) or an image")  # fmt: skip
+    add("--rounds", type=int, default=7, help="paired rounds (7: the fewest whose signed-rank "
+        "test can reach p < 0.05 over two cases)")  # fmt: skip
+    add("--preset", help="the cases' preset (default: cpu-smoke on cpu, small on a GPU)")
+    add("--architectures", nargs="+", default=[], metavar="NAME", help="one case each")
+    add("--cases", type=_cases, default=[], metavar="JSON", help="a JSON list of case fields")
+    add("--step", action="append", default=[], dest="step_factories", metavar="MODULE:FACTORY",
+        help="a step of your own (docs/own-models.md), one case each")  # fmt: skip
+    add("--steps", type=int, help="timed steps per case (default: the preset's)")
+    add("--warmup", type=int, help="warmup steps per case (default: the preset's)")
+    add("--variant", choices=VARIANTS, default="cpu", help="the images' stack")
+    add("--outside", action="append", default=[], metavar="SRC", help="code from outside dew "
+        "on both sides: PATH[@REV], a folder or a wheel")  # fmt: skip
+    for side in ("a", "b"):
+        add(f"--{side}-outside", action="append", default=[], metavar="SRC",
+            help=f"code from outside dew on side {side.upper()} only")  # fmt: skip
+        add(f"--{side}-env", action="append", default=[], type=_key_value, metavar="KEY=VALUE",
+            help=f"an environment variable of side {side.upper()}'s cases")  # fmt: skip
+        add(f"--{side}-xla-flags", default="", metavar="FLAGS",
+            help=f"XLA flags added to side {side.upper()}'s")  # fmt: skip
+    add("--band", type=float, default=5.0, metavar="PCT", help="the change called none, in %%")
+    add("--alpha", type=float, default=0.05, help="the test's level")
+    return parser
+
+
+def _cases(value: str) -> list[dict]:
+    try:
+        cases = json.loads(value)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"not valid JSON: {error}") from None
+    if not isinstance(cases, list) or not all(isinstance(c, dict) for c in cases):
+        raise argparse.ArgumentTypeError("must be a JSON list of objects of case fields")
+    return cases
+
+
+def _key_value(value: str) -> tuple[str, str]:
+    key, sep, setting = value.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{value!r} is not KEY=VALUE")
+    return key, setting
+
+
 def parse_ab(argv: Sequence[str]) -> AbArgs:
-    """`nox -s ab -- A B [flags]` (AB_USAGE); Unreproducible names the bad word."""
-    words, positional = list(argv), []
-    values: dict = {"env": {"A": {}, "B": {}}, "xla_flags": {"A": "", "B": ""},
-                    "outside": {"A": [], "B": []}, "step_factories": []}  # fmt: skip
-    numbers = {"--rounds": int, "--steps": int, "--warmup": int, "--band": float, "--alpha": float}
-    while words:
-        word = words.pop(0)
-        name, eq, inline = word.partition("=")
-        if not word.startswith("--"):
-            positional.append(word)
-            continue
-        if name in ("--architectures",):
-            taken = [inline] if eq else []
-            while words and not words[0].startswith("--"):
-                taken.append(words.pop(0))
-            if not taken:
-                raise Unreproducible("--architectures needs at least one name")
-            values["architectures"] = taken
-            continue
-        if not eq and not words:
-            raise Unreproducible(f"{name} needs a value; usage: {AB_USAGE}")
-        value = inline if eq else words.pop(0)
-        if name in numbers:
-            try:
-                values[name[2:]] = numbers[name](value)
-            except ValueError:
-                raise Unreproducible(f"{name} {value!r} is not a number") from None
-        elif name in ("--preset", "--variant"):
-            values[name[2:]] = value
-        elif name == "--cases":
-            try:
-                cases = json.loads(value)
-            except ValueError as error:
-                raise Unreproducible(f"--cases is not valid JSON: {error}") from None
-            if not isinstance(cases, list) or not all(isinstance(c, dict) for c in cases):
-                raise Unreproducible("--cases must be a JSON list of objects of case fields")
-            values["cases"] = cases
-        elif name in ("--a-env", "--b-env"):
-            key, sep, setting = value.partition("=")
-            if not sep or not key:
-                raise Unreproducible(f"{name} {value!r} is not KEY=VALUE")
-            values["env"][name[2].upper()][key] = setting
-        elif name in ("--a-xla-flags", "--b-xla-flags"):
-            values["xla_flags"][name[2].upper()] = value
-        elif name in ("--outside", "--a-outside", "--b-outside"):
-            for side in ("A", "B") if name == "--outside" else (name[2].upper(),):
-                values["outside"][side].append(value)
-        elif name == "--step":
-            values["step_factories"].append(value)
-        else:
-            raise Unreproducible(f"unrecognized argument {name}; usage: {AB_USAGE}")
-    if len(positional) != 2:
-        raise Unreproducible(f"ab takes two stacks A and B, got {len(positional)}: {AB_USAGE}")
-    args = AbArgs(positional[0], positional[1], **values)
+    """`nox -s ab -- A B [flags]` (ab_parser); bad input raises UsageError, one line."""
+    parsed = ab_parser("ab").parse(argv)
+    if len(parsed.stacks) != 2:
+        raise UsageError(f"ab takes two stacks A and B, got {len(parsed.stacks)}")
+    sides = {"A": "a", "B": "b"}
+    args = AbArgs(
+        *parsed.stacks,
+        rounds=parsed.rounds, preset=parsed.preset, architectures=parsed.architectures,
+        cases=parsed.cases, step_factories=parsed.step_factories, steps=parsed.steps,
+        warmup=parsed.warmup, variant=parsed.variant, band=parsed.band, alpha=parsed.alpha,
+        env={name: dict(getattr(parsed, f"{s}_env")) for name, s in sides.items()},
+        xla_flags={name: getattr(parsed, f"{s}_xla_flags") for name, s in sides.items()},
+        outside={name: [*parsed.outside, *getattr(parsed, f"{s}_outside")]
+                 for name, s in sides.items()},
+    )  # fmt: skip
     if args.rounds < 1:
-        raise Unreproducible(f"--rounds must be at least 1 (got {args.rounds})")
-    if args.variant not in VARIANTS:
-        raise Unreproducible(f"--variant {args.variant!r} is not one of: cpu, cuda12, cuda13")
+        raise UsageError(f"--rounds must be at least 1 (got {args.rounds})")
     if not args.architectures and not args.cases and not args.step_factories:
-        raise Unreproducible(
+        raise UsageError(
             "ab needs --architectures, --cases or --step: each case runs in its own process"
         )
     if args.architectures and args.cases:
-        raise Unreproducible("--architectures and --cases exclude each other")
+        raise UsageError("--architectures and --cases exclude each other")
     if not 0 < args.band < 100 or not 0 < args.alpha < 1:
-        raise Unreproducible(
+        raise UsageError(
             f"--band {args.band} must be in (0, 100) and --alpha {args.alpha} in (0, 1)"
         )
     args.preset = args.preset or ("cpu-smoke" if args.variant == "cpu" else "small")

@@ -8,6 +8,7 @@ built, is one line and exit 2 (`usage`).
 
 from __future__ import annotations
 
+import argparse
 import atexit
 import json
 import os
@@ -15,6 +16,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from dew.bench.common.arguments import OneLineParser
+from dew.bench.common.errors import UsageError
 from dew.bench.record import stack
 from dew.host.bases import DEFAULT_BASE_IMAGE
 from dew.host.benchmarks import choose_engine, resolve_base, usage
@@ -23,7 +26,29 @@ from dew.host.gpu_checks import gpu_here, gpu_preflight
 from dew.host.outside_sources import Package, install, keep, prepare_all
 from dew.host.stack_images import Unreproducible, choose_base, materialise, remove_built
 
-REPRODUCE_USAGE = "reproduce RECORD.json [--outside PATH[@REV]|WHEEL]... [--interleaved N]"
+
+def reproduce_parser(prog: str, description: str = "") -> OneLineParser:
+    """`reproduce RECORD.json [--outside SOURCE]... [--interleaved ROUNDS]`."""
+    parser = OneLineParser(prog=prog, description=description)
+    parser.add_argument(
+        "record", nargs="*", metavar="RECORD.json", help="the step record to rerun (one)"
+    )
+    parser.add_argument(
+        "--outside", action="append", default=[], metavar="PATH[@REV]|WHEEL",
+        help="code from outside dew the record's rows used: a git checkout (built at the "
+        "record's commit), a folder or a wheel; once per package",
+    )  # fmt: skip
+    parser.add_argument(
+        "--interleaved", type=_rounds, metavar="N",
+        help="the record's stack and today's (HEAD) in N >= 2 paired rounds (nox -s ab)",
+    )  # fmt: skip
+    return parser
+
+
+def _rounds(value: str) -> int:
+    if not value.isdigit() or int(value) < 2:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of rounds >= 2")
+    return int(value)
 
 
 def parse_reproduce(argv: list[str]) -> tuple[Path, list[str], int | None]:
@@ -31,28 +56,13 @@ def parse_reproduce(argv: list[str]) -> tuple[Path, list[str], int | None]:
     record, the sources of the code from outside dew its rows used, and the paired rounds
     asked for (None: rerun the record's stack and hold it against the record); or one line
     and exit 2."""
-    words, positional, sources, rounds = list(argv), [], [], None
-    while words:
-        word = words.pop(0)
-        name, eq, inline = word.partition("=")
-        if name in ("--outside", "--interleaved"):
-            if not eq and not words:
-                usage("reproduce", f"{name} needs a value; usage: {REPRODUCE_USAGE}")
-            value = inline if eq else words.pop(0)
-            if name == "--outside":
-                sources.append(value)
-            elif not value.isdigit() or int(value) < 2:
-                usage("reproduce", f"--interleaved {value!r} is not a number of rounds >= 2")
-            else:
-                rounds = int(value)
-        elif word.startswith("--"):
-            usage("reproduce", f"unrecognized argument {word}; usage: {REPRODUCE_USAGE}")
-        else:
-            positional.append(word)
-    if len(positional) != 1:
-        usage("reproduce", f"takes one step record (a JSON file), got {len(positional)}; "
-                           f"usage: {REPRODUCE_USAGE}")  # fmt: skip
-    return Path(positional[0]), sources, rounds
+    try:
+        args = reproduce_parser("reproduce").parse(argv)
+    except UsageError as error:
+        usage("reproduce", str(error))
+    if len(args.record) != 1:
+        usage("reproduce", f"takes one step record (a JSON file), got {len(args.record)}")
+    return Path(args.record[0]), args.outside, args.interleaved
 
 
 def interleaved_args(record_path: Path, settings: dict, sources: list[str], rounds: int):

@@ -13,6 +13,8 @@ bad value and what is valid. tyro reports its parse failures through its error h
 The error style itself (`UsageError`, `one_line`, `say`, the exit codes) lives in
 `dew.bench.common.errors`, which never imports tyro: the schema and the stdlib-only helpers
 raise through it. This module re-exports those names, so an entry point needs only `cli`.
+The commands that may not import tyro (the host side) parse with
+dew.bench.common.arguments, in the same style.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import typing
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from dew.bench.common import arguments
 from dew.bench.common.errors import (  # noqa: F401  (re-exported: the entry points' one import)
     EXIT_CHANGED,
     EXIT_OK,
@@ -71,19 +74,7 @@ def join_dash_values(args_type: type, argv: Sequence[str]) -> list[str]:
         if _takes_string(hints.get(field.name))
         for spelling in (flag(field.name), "--" + field.name)
     }
-    out: list[str] = []
-    tokens = list(argv)
-    index = 0
-    while index < len(tokens):
-        token = tokens[index]
-        following = tokens[index + 1] if index + 1 < len(tokens) else None
-        if token in string_flags and following is not None and following.startswith("-"):
-            out.append(f"{token}={following}")
-            index += 2
-            continue
-        out.append(token)
-        index += 1
-    return out
+    return arguments.join_dash_values(argv, string_flags)
 
 
 def _takes_string(hint: Any) -> bool:

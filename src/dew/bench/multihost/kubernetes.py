@@ -34,6 +34,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from dew.bench.common.arguments import OneLineParser
 from dew.bench.common.errors import EXIT_OK, EXIT_USAGE, UsageError, WriteFailed, say
 from dew.bench.common.files import atomic_write, check_output_file
 from dew.bench.multihost import yaml_text
@@ -74,15 +75,12 @@ JAX_DETECTION_NEEDS = (
 COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # argparse's own: a usage block, then exit 2
-        if message.startswith("unrecognized arguments"):
-            message += " (tools/benchmark_step.py flags go after a second --)"
-        raise UsageError(message)
-
-
 def parser() -> argparse.ArgumentParser:
-    parse = _Parser(prog=PROG, description=__doc__.split("\n\n")[0])
+    parse = OneLineParser(
+        prog=PROG,
+        description=__doc__.split("\n\n")[0],
+        hint="tools/benchmark_step.py flags go after a second --",
+    )
     parse.add_argument("--hosts", type=int, required=True, help="pods, one per node (>= 1)")
     parse.add_argument("--devices-per-host", type=int, required=True, help="GPUs per pod")
     parse.add_argument("--image", required=True, help="the bench-gpu image, REF@sha256:DIGEST")
@@ -113,7 +111,7 @@ def main(argv: Sequence[str] | None = None, exit_on_error: bool = False) -> int:
 
 def _write(argv: list[str]) -> int:
     try:
-        args = parser().parse_args(argv)
+        args = parser().parse_args(argv)  # not intermixed: the tool's flags follow a --
         text = manifests_text(args, argv)
         if args.out is None:
             sys.stdout.write(text)

@@ -10,24 +10,28 @@ markdown and chart.
 
 from __future__ import annotations
 
+from dew.bench.common.errors import UsageError
 from dew.host import replay
-from dew.host.ab_rounds import AB_USAGE, parse_ab, resolve_side, run_rounds
+from dew.host.ab_rounds import ab_parser, parse_ab, resolve_side, run_rounds
 from dew.host.benchmarks import SMOKE_ENV
 from dew.host.engine import ROOT, EngineError
 from dew.host.runner import new_run_dir
 from dew.host.venvs import today_runner
 
-USAGE = f"{AB_USAGE}\n\n{__doc__}"
+
+def help_text(prog: str = "nox -s ab --") -> str:
+    """The session's --help: every flag, then what it does."""
+    return ab_parser(prog, __doc__).format_help()
 
 
 def ab(session, posargs: list[str]) -> None:
-    """The session over `posargs` (AB_USAGE; `--help` prints USAGE); reproduce
+    """The session over `posargs` (ab_parser; `--help` prints help_text()); reproduce
     --interleaved comes here too."""
     if {"-h", "--help"} & set(posargs):
-        return print(f"usage: nox -s {USAGE}")
+        return print(help_text(), end="")
     try:
         args = parse_ab(posargs)
-    except EngineError as error:
+    except UsageError as error:
         replay.usage("ab", str(error))
     engine = replay.engine_for(session, "ab", args.variant)
     try:

@@ -23,14 +23,17 @@ from dew.host.runner import Runner, new_run_dir
 from dew.host.sessions.ab_session import ab
 from dew.host.venvs import today_runner
 
-USAGE = f"{replay.REPRODUCE_USAGE}\n\n{__doc__}"
+
+def help_text(prog: str = "nox -s reproduce --") -> str:
+    """The session's --help: every flag, then what it does."""
+    return replay.reproduce_parser(prog, __doc__).format_help()
 
 
 def reproduce(session) -> None:
     """The session: `-- RECORD.json [--outside SRC]... [--interleaved N]`; `-- --help`
-    prints USAGE."""
+    prints help_text()."""
     if {"-h", "--help"} & set(session.posargs):
-        return print(f"usage: nox -s {USAGE}")
+        return print(help_text(), end="")
     record_path, sources, rounds = replay.parse_reproduce(session.posargs)
     record, settings, environment = replay.read_step_record("reproduce", record_path)
     if rounds:  # the record's stack and today's in paired rounds: the run level cancels
