@@ -245,6 +245,17 @@ def test_docker_with_the_nvidia_runtime_passes_the_toolkit_check(tmp_path, monke
     assert gpu.toolkit_problem(engine) is None
 
 
+def test_the_sessions_own_flags_come_out_and_the_rest_goes_to_the_tool_in_order():
+    argv = ["--steps", "50", "--variant=cuda12", "--xla-flags", "--xla_gpu_foo=1", "--data.path",
+            "/data", "--base-image", "base:1", "--architectures", "unet"]  # fmt: skip
+    own, rest = bench.session_flags("bench-gpu", argv, bench_gpu.own_flags)
+    assert (own.variant, own.base_image, own.data_path) == ("cuda12", "base:1", "/data")
+    assert rest == ["--steps", "50", "--xla-flags", "--xla_gpu_foo=1", "--architectures", "unet"]
+    with pytest.raises(SystemExit) as stop:  # one line, exit 2
+        bench.session_flags("bench-gpu", ["--base-image"], bench_gpu.own_flags)
+    assert stop.value.code == 2
+
+
 def test_an_old_driver_and_a_bad_variant_are_one_line_exit_2(tmp_path):
     _podman()
     env = dict(_host(tmp_path), DEW_ENGINE="podman")

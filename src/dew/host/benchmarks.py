@@ -11,7 +11,8 @@ import os
 import shutil
 from pathlib import Path
 
-from dew.bench.common.errors import EXIT_USAGE, say  # standard library only
+from dew.bench.common.arguments import OneLineParser  # standard library only
+from dew.bench.common.errors import EXIT_USAGE, UsageError, say
 from dew.flags import CACHE_OFF
 from dew.host import image as images
 from dew.host.bases import DEFAULT_BASE_IMAGE, OFFLINE_BASE_IMAGE, build_offline_base
@@ -42,17 +43,33 @@ def last_option(args: list[str], name: str) -> str | None:
     return found
 
 
-def pop_option(args: list[str], name: str, default: str | None = None) -> str | None:
-    """Remove `--name VALUE` or `--name=VALUE` from args and return VALUE."""
-    for index, arg in enumerate(args):
-        if arg == name and index + 1 < len(args):
-            value = args[index + 1]
-            del args[index : index + 2]
-            return value
-        if arg.startswith(name + "="):
-            del args[index]
-            return arg.split("=", 1)[1]
-    return default
+def session_flags(name: str, argv, declare, tool: str = "tools/benchmark_step.py"):
+    """A session's own flags out of its arguments (`declare(parser)` adds them), and the
+    rest, in order, for `tool`: (namespace, rest). Bad input is one line, exit 2; `--help`
+    lists the session's flags."""
+    parser = OneLineParser(
+        prog=f"nox -s {name} --",
+        epilog=f"Every other flag goes to {tool} (its --help lists them).",
+    )
+    declare(parser)
+    try:
+        return parser.split(list(argv))
+    except UsageError as error:
+        usage(name, str(error))
+
+
+def data_path_flag(parser: OneLineParser) -> None:
+    parser.add_argument(
+        "--data.path", dest="data_path", metavar="DIR",
+        help="a prepared oxford_flowers102 version directory (tools/prepare_dataset.py)",
+    )  # fmt: skip
+
+
+def base_image_flag(parser: OneLineParser) -> None:
+    parser.add_argument(
+        "--base-image", default=os.environ.get("DEW_BASE_IMAGE"), metavar="REF",
+        help="the base the image is built on (default: DEW_BASE_IMAGE, else dew's choice)",
+    )  # fmt: skip
 
 
 # --- the engine, the base and the image ----------------------------------------------------

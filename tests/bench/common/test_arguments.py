@@ -68,3 +68,17 @@ def test_tyros_commands_join_the_same_way():
     argv = ["--xla-flags", "--xla_cpu_foo=1", "--steps", "-1"]
     assert cli.join_dash_values(Args, argv) == join_dash_values(argv, {"--xla-flags"})
     assert cli.join_dash_values(Args, argv) == ["--xla-flags=--xla_cpu_foo=1", "--steps", "-1"]
+
+
+def test_split_takes_a_sessions_own_flags_and_keeps_the_rest_in_order():
+    parse = OneLineParser(prog="nox -s bench-gpu --")
+    parse.add_argument("--variant", default="cuda13")
+    parse.add_argument("--data.path", dest="data_path")
+    argv = ["--steps", "5", "--variant", "cuda12", "--xla-flags", "--xla_cpu_foo=1",
+            "--architectures", "unet", "uvit", "--data.path=/data"]  # fmt: skip
+    own, rest = parse.split(argv)
+    assert (own.variant, own.data_path) == ("cuda12", "/data")
+    assert rest == ["--steps", "5", "--xla-flags", "--xla_cpu_foo=1", "--architectures",
+                    "unet", "uvit"]  # fmt: skip
+    with pytest.raises(UsageError, match="argument --variant: expected one argument"):
+        parse.split(["--variant"])

@@ -64,3 +64,8 @@ class OneLineParser(argparse.ArgumentParser):
     def parse(self, argv: Sequence[str]) -> argparse.Namespace:
         """The namespace of `argv` (positionals and flags in any order); UsageError."""
         return self.parse_intermixed_args(join_dash_values(argv, self.string_flags()))
+
+    def split(self, argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
+        """A session's own flags out of `argv`, and the rest, in order, for the tool it runs
+        (whose parser checks them): `nox -s bench-gpu -- --variant cuda12 --steps 50`."""
+        return self.parse_known_args(join_dash_values(argv, self.string_flags()))

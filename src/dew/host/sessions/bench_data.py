@@ -10,9 +10,10 @@ import pathlib
 from dew.host.benchmarks import (
     build_image,
     choose_engine,
+    data_path_flag,
     loader_benchmark,
-    pop_option,
     resolve_base,
+    session_flags,
 )
 from dew.host.runner import Runner, new_run_dir
 from dew.host.venvs import install_locked
@@ -20,8 +21,10 @@ from dew.host.venvs import install_locked
 
 def bench_data(session) -> None:
     """The session: `-- --data.path DIR [benchmark_data.py flags]`."""
-    args = list(session.posargs)
-    data_path = pop_option(args, "--data.path")
+    own, args = session_flags(
+        "bench-data", session.posargs, data_path_flag, tool="tools/benchmark_data.py"
+    )
+    data_path = own.data_path
     if not data_path or not pathlib.Path(data_path).is_dir():
         session.error(
             f"--data.path {data_path or '(missing)'} is not a directory: give a prepared "

@@ -9,17 +9,18 @@ the published record.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from dew.host.bases import DEFAULT_BASE_IMAGE
 from dew.host.benchmarks import (
+    base_image_flag,
     build_image,
     compare_with_published,
+    data_path_flag,
     last_option,
     loader_benchmark,
-    pop_option,
     resolve_base,
+    session_flags,
     step_benchmark,
 )
 from dew.host.gpu_checks import GPU_ENV, gpu_preflight, gpu_visible_in_image, refuse
@@ -45,10 +46,8 @@ def bench_gpu(session) -> None:
     """The session: `-- [--variant cuda13|cuda12] [--base-image REF] [--data.path DIR]
     [benchmark_step flags]`. The comparison runs in the session's venv (locks/dev.txt,
     `today_runner`): the measured images hold no report libraries."""
-    args = list(session.posargs)
-    variant = pop_option(args, "--variant", DEFAULT_VARIANT)
-    requested_base = pop_option(args, "--base-image", os.environ.get("DEW_BASE_IMAGE"))
-    data_path = pop_option(args, "--data.path")
+    own, args = session_flags("bench-gpu", session.posargs, own_flags)
+    variant, requested_base, data_path = own.variant, own.base_image, own.data_path
     if data_path and not Path(data_path).is_dir():
         refuse(session, f"--data.path {data_path} is not a directory")
     engine, gpu_name = gpu_preflight(session, variant)
@@ -65,3 +64,12 @@ def bench_gpu(session) -> None:
         flowers = ["data:oxford-flowers", "--data.path", "/data"]
         loader_benchmark(runner, run_dir, flowers, against=run_dir / "step.json")
     compare_with_published(today_runner(session), run_dir)
+
+
+def own_flags(parser) -> None:
+    """bench-gpu's flags; every other goes to the step benchmark."""
+    parser.add_argument(
+        "--variant", default=DEFAULT_VARIANT, help="the CUDA image: cuda13 (default) or cuda12"
+    )
+    base_image_flag(parser)
+    data_path_flag(parser)

@@ -17,11 +17,12 @@ from dew.bench.record import stack  # standard library only
 from dew.host.benchmarks import (
     SMOKE_ENV,
     SMOKE_IMAGE_SIZE,
+    base_image_flag,
     build_image,
     choose_engine,
     loader_benchmark,
-    pop_option,
     resolve_base,
+    session_flags,
     step_benchmark,
     usage,
 )
@@ -39,18 +40,17 @@ CUDA_SMOKE_CASES = (
 )
 
 
-def engine_and_base(session, args: list[str]):
-    """The engine and the base to build on (`--base-image REF`, taken out of `args`, or
-    DEW_BASE_IMAGE; else resolve_base's choice); None for either that cannot be had."""
-    requested = pop_option(args, "--base-image", os.environ.get("DEW_BASE_IMAGE"))
+def engine_and_base(session, requested: str | None):
+    """The engine and the base to build on (`requested`: --base-image or DEW_BASE_IMAGE;
+    else resolve_base's choice); None for either that cannot be had."""
     engine = choose_engine(session)
     return engine, resolve_base(session, engine, requested) if engine else None
 
 
-def cuda_image(session, variant: str, args: list[str]):
+def cuda_image(session, variant: str, requested_base: str | None):
     """The engine and the CUDA image of `variant`, built when missing; without an engine or
     a base, the session's one error line."""
-    engine, base = engine_and_base(session, args)
+    engine, base = engine_and_base(session, requested_base)
     if base is None:
         session.error("cuda-smoke needs podman or docker and a base image (nox -s base-image)")
     return engine, build_image(session, engine, variant, base)
@@ -140,8 +140,8 @@ def verify_cuda_record(session, step_json: Path, image) -> None:
 def cpu_smoke(session) -> None:
     """The session: `-- [--base-image REF] [benchmark_step.py flags]`; in the cpu image, or
     in the session's venv from locks/dev.txt when no engine or base can be had."""
-    args = list(session.posargs)
-    engine, base = engine_and_base(session, args)
+    own, args = session_flags("cpu-smoke", session.posargs, base_image_flag)
+    engine, base = engine_and_base(session, own.base_image)
     if engine is None or base is None:
         why = no_image_reason(engine)
         session.log(f"{why}: running in a nox venv from locks/dev.txt (container: null)")
@@ -155,7 +155,8 @@ def cpu_smoke(session) -> None:
 def cuda_smoke(session) -> None:
     """The session: `-- [cuda12|cuda13] [--base-image REF] [benchmark_step.py flags]`."""
     variant, args = cuda_arguments(session.posargs)
-    engine, image = cuda_image(session, variant, args)
+    own, args = session_flags("cuda-smoke", args, base_image_flag)
+    engine, image = cuda_image(session, variant, own.base_image)
     run_dir = new_run_dir("cuda-smoke", variant)
     smoke(Runner(session, engine, image), run_dir, args)
     verify_cuda_record(session, run_dir / "step.json", image)
