@@ -170,9 +170,9 @@ def report(session: nox.Session) -> None:
 def reproduce(session: nox.Session) -> None:
     """Rerun a step record on its own stack, then compare: `-- RECORD.json [--outside SRC]...
     [--interleaved N]`. What it runs and what each argument means: `dew reproduce --help`
-    (dew.host.sessions.reproduce).
+    (dew.host.sessions.reproduce_session).
     """
-    sessions.reproduce.reproduce(session)
+    sessions.reproduce_session.reproduce(session)
 
 
 @nox.session(python=PYTHON)

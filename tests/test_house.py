@@ -44,7 +44,7 @@ def test_the_import_contract_holds():
         # models knowing of training
         ("models/registry.py", "import dew.train.trainer"),
         # a benchmark kind pulling in a framework (the kinds are plain data and statistics)
-        ("bench/analysis/kinds/step.py", "import jax"),
+        ("bench/analysis/kinds/step_kind.py", "import jax"),
         # the host side (the noxfile's, before any environment) needing a third-party package
         ("host/engine.py", "import numpy"),
         # ... or a part of dew that needs one
@@ -71,8 +71,8 @@ import importlib, pkgutil, sys
 import dew.host
 for module in pkgutil.walk_packages(dew.host.__path__, "dew.host."):
     importlib.import_module(module.name)
-import dew.cli.main
-dew.cli.main.help_text()
+import dew.commands.main
+dew.commands.main.help_text()
 roots = {name.split(".")[0] for name in sys.modules}
 print(sorted(roots - set(sys.stdlib_module_names) - {"dew", "__main__"}))
 """
@@ -160,3 +160,18 @@ def test_no_folder_holds_over_16_modules():
             if len(modules) > MAX_MODULES:
                 crowded[str(folder.relative_to(REPO))] = len(modules)
     assert crowded == {}, f"a folder per role, at most {MAX_MODULES} modules: {crowded}"
+
+
+def test_no_two_modules_share_a_name_outside_the_commands():
+    """A name says where a thing lives: no two modules or packages of src/dew share one,
+    except dew.commands', each named after the `dew` subcommand it is (`dew ab`: commands/ab.py)."""
+    by_name: dict[str, list[str]] = {}
+    src = REPO / "src" / "dew"
+    for path in src.rglob("*"):
+        module = path.stem if path.suffix == ".py" else path.name
+        is_package = path.is_dir() and (path / "__init__.py").exists()
+        if (path.suffix == ".py" or is_package) and module not in ("__init__", "__main__"):
+            if path.parent != src / "commands":
+                by_name.setdefault(module, []).append(str(path.relative_to(src)))
+    shared = {name: paths for name, paths in by_name.items() if len(paths) > 1}
+    assert shared == {}, f"one name, two places: {shared}"

@@ -8,7 +8,7 @@ import pytest
 from dew.models import registry
 from dew.models.jepa import JepaEncoderConfig, JepaMasking
 from dew.train.mesh import MeshSpec
-from dew.train.objectives.jepa import (
+from dew.train.objectives.jepa_objective import (
     MOMENTUM_START,
     Jepa,
     MaskPlan,

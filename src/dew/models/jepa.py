@@ -3,7 +3,7 @@
 The context encoder sees only the context tokens of an image (or a clip: the same spatial
 tokens in every frame, a tubelet) and the predictor guesses the target encoder's features
 at the target positions. The target encoder is the context encoder's EMA copy; it lives in
-the train state, not here (see dew.train.objectives.jepa), so this module holds only what
+the train state, not here (see dew.train.objectives.jepa_objective), so this module holds only what
 the gradient trains: encoder and predictor.
 
 Tokens are laid out [B, T, N, d] throughout, T = 1 for images. Spatial blocks attend over

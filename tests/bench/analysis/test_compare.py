@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dew.bench.analysis import compare_command, comparison, noise, report
+from dew.bench.analysis import compare_command, compare_report, comparison, noise
 from dew.bench.record.schema import read_run, write_run
 
 PUBLISHED = Path(__file__).resolve().parents[3] / "results" / "published"
@@ -203,9 +203,9 @@ def test_loader_records_compare_on_throughput():
     assert cmp.rows[1].difference.low > 1.05
     assert not cmp.reproduced
     # The interval is shown in the throughput's own direction: inverted.
-    from dew.bench.analysis import report
+    from dew.bench.analysis import compare_report
 
-    _, low, high = report.shown_estimate(cmp.rows[1], cmp.rate)
+    _, low, high = compare_report.shown_estimate(cmp.rows[1], cmp.rate)
     assert low < 0.5 < high < 1 / 1.05
 
 
@@ -515,7 +515,7 @@ def test_the_summarys_percentages_are_the_judged_ratios():
     judged (of the repeats' geometric means), not the ratio of the medians (issue 40: the
     old summary read "+37.6%" beside a judged 1.363)."""
     cmp = comparison.compare(read_run(OPT0), read_run(AA2_A), noise=QUIET)
-    line = report.summary(cmp)
+    line = compare_report.summary(cmp)
     changed = [r for r in cmp.counted if r.changed]
     assert changed, line
     for r in changed:

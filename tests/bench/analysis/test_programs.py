@@ -106,11 +106,11 @@ def test_compare_text_and_json_carry_the_compiled_program(tmp_path, capsys):
 def test_records_from_before_fingerprints_compare_as_before():
     cmp = comparison.compare(read_run(FIRST), read_run(FIRST))
     assert {r.compiled for r in cmp.rows} == {None}
-    from dew.bench.analysis import report
+    from dew.bench.analysis import compare_report
 
-    text = report.comparison(cmp, read_run(FIRST), read_run(FIRST), "text")
+    text = compare_report.comparison(cmp, read_run(FIRST), read_run(FIRST), "text")
     assert "compiled" not in text.split("Ratios are")[0]
-    assert all(row["compiled"] is None for row in report.as_json(cmp)["rows"])
+    assert all(row["compiled"] is None for row in compare_report.as_json(cmp)["rows"])
 
 
 def test_a_repeat_of_the_schema_before_fingerprints_validates():

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dew.bench.analysis import comparison, report, tables
+from dew.bench.analysis import compare_report, comparison, tables
 from dew.bench.analysis import plots as figure
 from dew.bench.record.schema import StepRow, read_run
 
@@ -38,7 +38,7 @@ def opt0_vs_aa(pinned_noise):
 
 def test_the_report_states_the_noise_it_assumed_and_what_it_could_not_detect(opt0_vs_aa):
     cmp, run, ref = opt0_vs_aa
-    text = report.comparison(cmp, run, ref, "text")
+    text = compare_report.comparison(cmp, run, ref, "text")
     header = text.split("Stack differences")[0]
     assert "- host drift: the host probe read 1.016x" in header
     line = next(line for line in header.splitlines() if line.startswith("- noise assumed"))
@@ -47,12 +47,12 @@ def test_the_report_states_the_noise_it_assumed_and_what_it_could_not_detect(opt
     worst = max(row.detect.mde for row in cmp.counted)
     best = min(row.detect.mde for row in cmp.counted)
     assert cmp.detectable == worst and best < worst
-    summary = report.summary(cmp)
+    summary = compare_report.summary(cmp)
     assert summary.startswith("INCONCLUSIVE: 4 comparable rows: 4 undecided")
     assert (f"could not detect a change of less than {worst:.0%} in every row ({best:.0%} in "
             "its best row). To detect 10%: ") in summary  # fmt: skip
     assert summary in text and "\nVerdict\n" in text  # text: no Markdown headings
-    md = report.comparison(cmp, run, ref, "md")
+    md = compare_report.comparison(cmp, run, ref, "md")
     assert "### Verdict" in md
     assert "| against the shift | p (Holm) | MDE | n for 10% | verdict |" in md
 
@@ -60,7 +60,7 @@ def test_the_report_states_the_noise_it_assumed_and_what_it_could_not_detect(opt
 def test_the_json_report_is_strict_json_for_rows_without_statistics(pinned_noise):
     run, ref = read_run(RERUN), read_run(FIRST)
     cmp = comparison.compare(run, ref)
-    document = json.loads(json.dumps(report.as_json(cmp), allow_nan=False))
+    document = json.loads(json.dumps(compare_report.as_json(cmp), allow_nan=False))
     rows = {row["label"]: row for row in document["rows"]}
     absent = rows["unet"]  # a reference row the run does not have
     assert absent["verdict"] == "not in this run" and absent["run"] is None
@@ -113,7 +113,7 @@ def test_a_comparison_with_no_comparable_row_gives_no_verdict(pinned_noise):
     REPRODUCED nor NOT REPRODUCED: INCONCLUSIVE, saying nothing was compared."""
     cmp = comparison.compare(read_run(AA2_A), read_run(FIRST))
     assert cmp.counted == [] and not cmp.reproduced and cmp.outcome == "INCONCLUSIVE"
-    assert report.summary(cmp).startswith(
+    assert compare_report.summary(cmp).startswith(
         "INCONCLUSIVE: nothing compared: no row of the run has a comparable"
     )
 

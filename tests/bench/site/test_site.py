@@ -13,8 +13,8 @@ import pytest
 from dew.bench.analysis import plots as figure
 from dew.bench.record.schema import BenchmarkRun, read_run, write_run
 from dew.bench.site import build, docs
-from dew.bench.site.history import build_series
 from dew.bench.site.records import load_all
+from dew.bench.site.row_history import build_series
 
 ROOT = Path(__file__).resolve().parents[3]
 FIRST = ROOT / "results" / "published" / "2026-09-02-rtx4080-6b0f119-small.json"
@@ -99,7 +99,7 @@ def test_a_history_without_a_change_flags_nothing(tmp_path):
 
 
 def test_noise_within_the_band_is_no_change_and_a_real_step_is():
-    from dew.bench.site.history import Point, change_points
+    from dew.bench.site.row_history import Point, change_points
 
     class Row:  # only what a Point's value needs
         pass

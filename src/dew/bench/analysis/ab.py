@@ -36,7 +36,7 @@ from typing import Annotated, Any
 import tyro
 
 from dew.bench.analysis import judge, programs, stats
-from dew.bench.analysis.kinds.step import STEP
+from dew.bench.analysis.kinds.step_kind import STEP
 from dew.bench.analysis.tables import table
 from dew.bench.common import cli, files
 from dew.bench.record.schema import (
@@ -83,7 +83,7 @@ class Case:
     verdict: str = "undecided"
     why: str | None = None
     compiled: str | None = None  # programs.between(B, A): same program, other kernels, ...
-    other_work: str | None = None  # why B's step is not A's (kinds.step's model_difference)
+    other_work: str | None = None  # why B's step is not A's (kinds.step_kind's model_difference)
 
     def median(self, side: str) -> float | None:
         values = [r.ms_per_step for r in self.rows[side].values() if _ok(r)]

@@ -14,7 +14,7 @@ side a change of --target-mde would need, and its word: `faster`/`slower` (again
 shift, interval beyond the band AND significant), `same` (its whole change's 90% interval
 inside the band: an equivalence test), else `undecided` saying why. On CPU hosts a change
 the host probe's own drift explains is `undecided` too. dew.bench.analysis.judge holds the
-rules, dew.bench.analysis.comparison the model, dew.bench.analysis.report prints it.
+rules, dew.bench.analysis.comparison the model, dew.bench.analysis.compare_report prints it.
 A compile-only RUN (settings.compile_only) has no times: compare prints the parity table
 instead, params and GFLOP/step against the reference (dew.bench.analysis.parity).
 
@@ -41,7 +41,7 @@ from typing import Annotated, Literal
 
 import tyro
 
-from dew.bench.analysis import comparison, history, judge, noise, parity, report
+from dew.bench.analysis import compare_report, comparison, history, judge, noise, parity
 from dew.bench.analysis.plots import comparison_chart
 from dew.bench.common import cli, files
 from dew.bench.common.cli import UsageError
@@ -217,9 +217,9 @@ def _compare(args: Args) -> int:
             reference_label=str(ref_path), noise=model, target=args.target_mde / 100,
         )  # fmt: skip
         if args.format == "json":
-            print(json.dumps(report.as_json(cmp), indent=1))
+            print(json.dumps(compare_report.as_json(cmp), indent=1))
         else:
-            print(report.comparison(cmp, run, ref, args.format))
+            print(compare_report.comparison(cmp, run, ref, args.format))
         rows, field = cmp.rows, cmp.timing
         code = judge.EXIT_CODES[cmp.outcome]
         code = cli.EXIT_CHANGED if args.strict and code == 3 else code

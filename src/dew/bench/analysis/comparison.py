@@ -26,7 +26,7 @@ decide the outcome. Each step row says whether both sides ran the same compiled 
 dew.bench.analysis.programs), and a side whose repeats compiled otherwise says so in the
 notes.
 
-`compare(run, reference)` gives the `Comparison`; dew.bench.analysis.report prints it and
+`compare(run, reference)` gives the `Comparison`; dew.bench.analysis.compare_report prints it and
 dew.bench.analysis.compare_command is the command line.
 """
 

@@ -2,7 +2,7 @@
 
 Rows match on `row.key()` (`match_rows`); a leftover run row may then pair with a leftover
 reference row, with a note saying how: by its kind's rule first (`partner`, the Kind's:
-a step row whose settings extend a published row's, dew.bench.analysis.kinds.step), else
+a step row whose settings extend a published row's, dew.bench.analysis.kinds.step_kind), else
 the one row of its name on both sides. Two GFLOP/step counts are one step's when they agree
 within GFLOP_TOLERANCE (`same_gflop`). The timing comparison
 (dew.bench.analysis.comparison) and the parity table (dew.bench.analysis.parity) pair rows

@@ -37,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 
 from dew.bench.analysis import tables as report
-from dew.bench.analysis.kinds.step import STEP
+from dew.bench.analysis.kinds.step_kind import STEP
 from dew.bench.analysis.matching import GFLOP_TOLERANCE, match_rows, same_gflop
 from dew.bench.record.schema import BenchmarkRun, StepRow
 

@@ -137,7 +137,7 @@ def svg_element(data: bytes) -> str:
 
 
 def history_svg(series_list, *, published_labels: dict | None = None) -> str:
-    """An architecture page's chart: one panel per series (dew.bench.site.history.Series),
+    """An architecture page's chart: one panel per series (dew.bench.site.row_history.Series),
     its runs oldest first; published points are reference marks (stars) and a published
     value of the same device is a dotted line; the first run after a change is ringed."""
     panels = []

@@ -12,7 +12,7 @@ about), and the columns that do not fit left out and named; files and pipes get 
 seed's tab-separated layout (or what --format asks).
 
 Figures (a row with its interval, compare --plot, the site) are dew.bench.analysis.plots's;
-a comparison's report is dew.bench.analysis.report's.
+a comparison's report is dew.bench.analysis.compare_report's.
 
 A row names itself: `row.label()` (dew.bench.record.schema) is the first cell of every table.
 """

@@ -43,8 +43,8 @@ from dew.bench.common.cli import UsageError
 from dew.bench.common.errors import Interrupted, WriteFailed, faults
 from dew.bench.common.files import atomic_write, check_output_dir, one_writer
 from dew.bench.site import pages
-from dew.bench.site.history import build_series
 from dew.bench.site.records import Loaded, load_all
+from dew.bench.site.row_history import build_series
 
 PROG = "python -m dew.bench.site"
 MARKER = ".dew-site"  # in every site this command writes: only such a directory is replaced

@@ -15,8 +15,8 @@ from dew.bench.analysis.plots import history_svg
 from dew.bench.loader.data_command import keep_up_verdicts
 from dew.bench.record.schema import DataRow, StepRow
 from dew.bench.record.stack import same_device
-from dew.bench.site.history import Series, repeat_interval
 from dew.bench.site.records import Entry
+from dew.bench.site.row_history import Series, repeat_interval
 
 MISSING = report.MISSING
 # The step tool's flags that change the compiled step (the rest say how it was run).

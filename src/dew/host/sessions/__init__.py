@@ -9,7 +9,7 @@ from dew.host.sessions import (
     bench_gpu,
     lock,
     multihost_smoke,
-    reproduce,
+    reproduce_session,
     slurm_smoke,
     smoke,
 )
@@ -21,7 +21,7 @@ __all__ = [
     "bench_gpu",
     "lock",
     "multihost_smoke",
-    "reproduce",
+    "reproduce_session",
     "slurm_smoke",
     "smoke",
 ]

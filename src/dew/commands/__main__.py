@@ -1,8 +1,8 @@
-"""`python -m dew.cli`: the `dew` command without its console script."""
+"""`python -m dew.commands`: the `dew` command without its console script."""
 
 import sys
 
-from dew.cli.main import main
+from dew.commands.main import main
 
 # The benchmarks' children (spawn, forkserver) import this module again: start nothing then.
 if __name__ == "__main__":

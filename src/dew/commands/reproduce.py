@@ -1,4 +1,4 @@
-"""`dew reproduce`: `nox -s reproduce` (dew.host.sessions.reproduce)."""
+"""`dew reproduce`: `nox -s reproduce` (dew.host.sessions.reproduce_session)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ SUMMARY = "rerun a step record on its own stack, then compare (nox -s reproduce)
 
 
 def main(argv: list[str]) -> int:
-    from dew.cli.through_nox import run_session
-    from dew.host.sessions.reproduce import help_text
+    from dew.commands.through_nox import run_session
+    from dew.host.sessions.reproduce_session import help_text
 
     return run_session("reproduce", help_text("dew reproduce"), argv)

@@ -1,4 +1,4 @@
-"""`dew COMMAND [ARGS...]`: the subcommands, one module each in dew.cli, and the dispatch.
+"""`dew COMMAND [ARGS...]`: the subcommands, one module each in dew.commands, and the dispatch.
 
 Each command module holds `SUMMARY` (its line in `dew --help`) and `main(argv) -> int`,
 and imports its entry point only when it runs, so `dew --help` and a wrong command answer
@@ -15,13 +15,13 @@ from dew import __version__
 from dew.bench.common.errors import EXIT_USAGE, say
 
 PROG = "dew"
-# The subcommands in the order `dew --help` lists them: name -> module of dew.cli.
+# The subcommands in the order `dew --help` lists them: name -> module of dew.commands.
 COMMANDS = ("step", "data", "compare", "validate", "report", "reproduce", "ab", "schema")
 
 
 def command(name: str):
     """The module of subcommand `name` (its SUMMARY and main)."""
-    return importlib.import_module(f"dew.cli.{name}")
+    return importlib.import_module(f"dew.commands.{name}")
 
 
 def help_text() -> str:
