@@ -28,6 +28,10 @@ from dew.host.engine import (
 from dew.host.image import Image
 
 HAND_OVER = Path(__file__).resolve().with_name("handover.py")
+# After a Ctrl-C, how long nox waits for the command to finish its own way out (the tool
+# writes the rows it has, the container ends) before it terminates and then kills it; nox's
+# own 0.3 s would cut that short.
+STOP_GRACE_S = 60.0
 
 _IMAGE_USERS: dict[str, tuple[int, int]] = {}
 
@@ -189,7 +193,8 @@ class Runner:
                 mounts=self.mounts,
             )  # fmt: skip
             run_env = None
-        kwargs = dict(env=run_env, external=True, success_codes=list(success_codes))
+        kwargs = dict(env=run_env, external=True, success_codes=list(success_codes),
+                      interrupt_timeout=STOP_GRACE_S)  # fmt: skip
         if stdout_to is None:
             self.session.run(*argv, **kwargs)
             return
