@@ -33,7 +33,9 @@ import contextlib
 import dataclasses
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 from dew.telemetry import nvml
 
@@ -207,7 +209,7 @@ def _is(nv: Any, error: BaseException, name: str) -> bool:
     return getattr(error, "value", None) == getattr(nv, f"NVML_ERROR_{name}", ERROR_CODES[name])
 
 
-def _ask[T](nv: Any, what: str, call: Callable[[], T]) -> T:
+def _ask(nv: Any, what: str, call: Callable[[], T]) -> T:
     try:
         return call()
     except Exception as error:

@@ -26,7 +26,9 @@ import statistics
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 # The clocks-event ("throttle") reasons, as NVML documents them (nvml.h). The values used
 # are pynvml's own constants where the installed version has them (REASON_BITS).
@@ -264,7 +266,7 @@ def _close(nv: Any) -> None:
         pass
 
 
-def reading[T](read: Callable[[], T]) -> T | None:
+def reading(read: Callable[[], T]) -> T | None:
     """One NVML call a card may refuse (NotSupported, NoPermission, GpuIsLost): its answer,
     or None."""
     try:

@@ -24,7 +24,9 @@ import re
 import types
 import typing
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 from dew.bench.common import arguments
 from dew.bench.common.errors import (  # noqa: F401  (re-exported: the entry points' one import)
@@ -42,7 +44,7 @@ from dew.flags import flag  # noqa: F401  (re-exported: every entry point spells
 # --- parsing ---------------------------------------------------------------------------------
 
 
-def parse[T](args_type: type[T], argv: Sequence[str], *, prog: str, config=()) -> T:
+def parse(args_type: type[T], argv: Sequence[str], *, prog: str, config=()) -> T:
     """tyro.cli(args_type) over argv; raises UsageError (one line) on bad input.
 
     A value that begins with `--` is taken as the user wrote it for the top-level string

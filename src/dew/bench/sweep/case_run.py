@@ -91,8 +91,8 @@ Figures = dataclasses.make_dataclass(
     ],
     bases=(_Figures,),
     slots=True,
-    module=__name__,
 )
+Figures.__module__ = __name__  # make_dataclass(module=) is Python 3.12's; pickling needs it
 
 
 @dataclasses.dataclass
