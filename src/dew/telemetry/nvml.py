@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
-T = TypeVar("T")
+T = TypeVar("T")  # Python 3.11 has no PEP 695 generics
 
 # The clocks-event ("throttle") reasons, as NVML documents them (nvml.h). The values used
 # are pynvml's own constants where the installed version has them (REASON_BITS).
@@ -260,15 +260,12 @@ def _open() -> tuple[Any, str | None]:
 
 
 def _close(nv: Any) -> None:
-    try:
+    with contextlib.suppress(Exception):
         nv.nvmlShutdown()
-    except Exception:
-        pass
 
 
 def reading(read: Callable[[], T]) -> T | None:
-    """One NVML call a card may refuse (NotSupported, NoPermission, GpuIsLost): its answer,
-    or None."""
+    """An NVML call a card may refuse (NotSupported, NoPermission, GpuIsLost), or None."""
     try:
         return read()
     except Exception:

@@ -113,7 +113,9 @@ class Trainer:
     condition_in_state: the CharTable is a leaf of the state (True: counted, carried, its
     gradient stopped as in the 2026-09-05 figures) or a constant of the executable (False);
     compilation_cache_dir: JAX's persistent cache ("default": under the XDG cache dir;
-    None: off); attention_impl: "xla", "cudnn" or "auto".
+    None: off); attention_impl: "xla", "cudnn" or "auto"; devices: the mesh's devices
+    (default jax.devices(); a TPU topology's devices compile for a chip this process does
+    not hold: dew.train.executables).
     """
 
     def __init__(
@@ -130,6 +132,7 @@ class Trainer:
         attention_impl: AttentionImpl = "xla",
         learning_rate: float = LEARNING_RATE,
         seed: int = 0,
+        devices: list[jax.Device] | None = None,
     ):
         arch = registry.get(architecture)
         if dtype not in DTYPES:
@@ -149,7 +152,7 @@ class Trainer:
         self.architecture, self.config, self.seed = architecture, config, seed
         self.objective = get_objective(objective or type(config).objective)(config)
         self.mesh_spec = mesh or MeshSpec()
-        self.mesh = self.mesh_spec.build()
+        self.mesh = self.mesh_spec.build(devices)
         self.optimizer = optax.adam(learning_rate)
 
         self._build_model = lambda: arch.module_cls(config, rngs=nnx.Rngs(seed))

@@ -13,7 +13,6 @@ import importlib.metadata
 import importlib.util
 import os
 import platform
-import re
 import shutil
 import socket
 import subprocess
@@ -26,10 +25,12 @@ import psutil
 
 from dew.bench.common.files import REPO_ROOT
 from dew.bench.common.units import GIB
+from dew.bench.record import devices as device_identity
 from dew.bench.record.outside import describe as describe_outside
 from dew.bench.record.outside import distribution_name, git
 from dew.bench.record.outside import versions as outside_versions
 from dew.bench.record.schema import (
+    Backend,
     Code,
     Container,
     Devices,
@@ -106,6 +107,7 @@ def capture(
     repo: str | os.PathLike | None = None,
     processes: list[ProcessInfo] | None = None,
     outside: Mapping[str, Sequence[str]] | None = None,
+    identity: tuple[Devices, Backend] | None = None,
 ) -> Environment:
     """The environment of this process.
 
@@ -114,16 +116,20 @@ def capture(
     environ: the variables to take flags and build labels from (default os.environ).
     outside: module -> the cases from outside dew it holds (dew.bench.record.outside):
     named in `outside_code`, their distributions' versions in `packages`.
+    identity: the devices and backend as another process that held them read them
+    (dew.bench.record.devices; a step run's device probe): this process opened no backend.
     """
     environ = os.environ if environ is None else environ
     outside_code = describe_outside(outside or {})
     with nvml.session() as gpus:
+        read, backend = identity or _devices(devices, environ, gpus)
         # Only the cards CUDA_VISIBLE_DEVICES shows this run (their NVML indices), where
         # that can be told: a card beside it is not what the run ran on.
         visible = gpus.visible(environ.get("CUDA_VISIBLE_DEVICES"))[0] if gpus else []
         return Environment(
             host=_host(),
-            devices=_devices(devices, gpus, visible, environ),
+            devices=read,
+            backend=backend,
             driver_version=gpus.driver_version() if gpus else _smi_driver_version(),
             cuda_version=_cuda_version(),
             cudnn_version=_cudnn_version(),
@@ -216,38 +222,15 @@ def _cpu_model() -> str | None:
 # --- devices -----------------------------------------------------------------------------
 
 
-def _devices(
-    devices: Sequence[Any] | None, gpus: nvml.Nvml, visible: Sequence[int], environ
-) -> Devices:
+def _devices(devices: Sequence[Any] | None, environ, gpus) -> tuple[Devices, Backend | None]:
+    """The devices and their backend, read from `devices` or a backend already up in this
+    process; else a guess (read_by null)."""
     if devices is None:
         devices = _initialised_jax_devices()
-    nv, card = gpus.nv, gpus.handles[visible[0]] if visible else None  # the first visible card
-    # Device memory from NVML: jax's memory_stats() gives the allocator's budget, not the card.
-    memory = None if card is None else nvml.reading(lambda: nv.nvmlDeviceGetMemoryInfo(card).total)
     if devices:
-        first = devices[0]
-        on_gpu = first.platform in ("gpu", "cuda")
-        return Devices(
-            platform=first.platform,
-            kind=first.device_kind,
-            count=len(devices),
-            memory_gib=round(memory / GIB, 2) if memory and on_gpu else None,
-        )
-    if visible:
-        return Devices(
-            platform="gpu",
-            kind=nvml.reading(lambda: nvml.text(nv.nvmlDeviceGetName(card))),
-            count=len(visible),
-            memory_gib=round(memory / GIB, 2) if memory else None,
-        )
-    # The CPU backend: its device count is what XLA_FLAGS asks for (the simulated mesh).
-    match = re.search(r"--xla_force_host_platform_device_count=(\d+)", environ.get("XLA_FLAGS", ""))
-    return Devices(
-        platform="cpu",
-        kind="cpu",
-        count=int(match.group(1)) if match else 1,
-        memory_gib=None,
-    )
+        read = device_identity.read(devices, environ, gpus)
+        return read, device_identity.backend(devices, environ)
+    return device_identity.guessed(environ, gpus), None
 
 
 def _initialised_jax_devices() -> list[Any] | None:

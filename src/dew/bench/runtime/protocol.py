@@ -358,6 +358,11 @@ class Child:
             code = self.exit_code()
         return code
 
+    def hang_up(self) -> None:
+        """Close the parent's end of the channel: a child waiting for its next message reads
+        the end and leaves (a holder of the chip between rounds)."""
+        self._connection.close()
+
     def kill(self) -> None:
         """Kill it (and its process group) and reap it."""
         self._killed = True

@@ -127,11 +127,16 @@ def sample_label(config) -> str:
 
 
 def prepare(
-    case: Case, options: Options, figures: Figures, clock: PhaseClock | None = None
+    case: Case,
+    options: Options,
+    figures: Figures,
+    clock: PhaseClock | None = None,
+    devices: Sequence[Any] | None = None,
 ) -> Prepared:
     """Build the Trainer for a case and compile its step; writes `figures` as it learns them
     (so a failure later in the case still reports what was measured) and times each phase
-    on `clock`."""
+    on `clock`. `devices`: the mesh's (default jax.devices(); a TPU topology's compiles for
+    a chip this process does not hold: dew.bench.sweep.chip)."""
     from dew.train.mesh import MeshSpec
     from dew.train.trainer import Trainer
 
@@ -152,6 +157,7 @@ def prepare(
             condition_in_state=bool(case.condition_in_state),
             compilation_cache_dir=compilation_cache(options),
             attention_impl=case.attention_impl or options.attention_impl or "xla",
+            devices=None if devices is None else list(devices),
         )
         counts = trainer.param_counts
         figures.params = counts["backbone"] + counts["condition"]
@@ -397,11 +403,13 @@ def run_case(
         except Exception as failed:
             error = failure(failed)
     figures.note = join(figures.note, *damaged)
-    if error is not None:
-        return figures.row(case, status="failed", error=error)
-    if diverged is not None:  # the times stay in the row; they are not a benchmark
-        return figures.row(case, status="failed", error=diverged)
-    refused = gpu_verdict(figures.gpu)
+    return final_row(case, figures, error, diverged)
+
+
+def final_row(case: Case, figures: Figures, error: str | None, diverged: str | None) -> StepRow:
+    """The row once its case ended: failed with its error, or with its divergence (the times
+    stay in the row; they are not a benchmark), or by --gpu-check error's gate; else ok."""
+    refused = error or diverged or gpu_verdict(figures.gpu)
     if refused:
         return figures.row(case, status="failed", error=refused)
     return figures.row(case, status="ok")

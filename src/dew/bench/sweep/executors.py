@@ -5,6 +5,8 @@
     Isolated      every case in a fresh process of its own (dew.bench.sweep.case_process),
                   scheduled in waves: up to --compile-jobs compile at once, then they are
                   timed one at a time (dew.bench.sweep.waves)
+    HeldChip      a TPU: the cases compiled without the chip, side by side, then timed in
+                  one process per round that holds it (dew.bench.sweep.chip)
     MultiProcess  a cluster joined (dew.train.distributed): every process runs every case
                   in-process; each row is made from all processes' figures
                   (dew.bench.multihost.combine)
@@ -24,7 +26,7 @@ from multiprocessing import forkserver
 from typing import Protocol
 
 from dew.bench.multihost.combine import gather_row
-from dew.bench.record.schema import StepRow
+from dew.bench.record.schema import Devices, StepRow
 from dew.bench.runtime.lifeline import end_descendants
 from dew.bench.runtime.progress import SilentProgress
 from dew.bench.sweep import waves
@@ -100,12 +102,28 @@ class Isolated:
         end_case_processes()
 
 
-def executor_for(options: Options, processes: int, progress: SilentProgress) -> Executor:
-    """The executor of a run: several processes run every case in each of them; otherwise
-    --isolate (the default) gives each case its own process."""
+def executor_for(
+    options: Options,
+    processes: int,
+    progress: SilentProgress,
+    devices: Devices | None = None,
+    cases: Sequence[Case] = (),
+) -> Executor:
+    """The executor of a run: several processes run every case in each of them; a TPU whose
+    topology the device probe read (`devices`) compiles without the chip and times in one
+    holder per round, unless a case is a step of the user's (dew's Trainer builds what a
+    compile process saves); otherwise --isolate (the default) gives each case its own
+    process."""
     if processes > 1:
         return MultiProcess(options, progress)
-    return Isolated(options, progress) if options.isolate else InProcess(options, progress)
+    if not options.isolate:
+        return InProcess(options, progress)
+    held = devices is not None and devices.platform == "tpu" and devices.topology
+    if held and all(case.step is None for case in cases):
+        from dew.bench.sweep.chip.rounds import HeldChip
+
+        return HeldChip(options, progress, devices.topology)
+    return Isolated(options, progress)
 
 
 def end_case_processes() -> None:

@@ -17,6 +17,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from dew.bench.common.cli import UsageError, one_line
 from dew.bench.runtime import protocol
@@ -30,20 +31,42 @@ FORCE_DEVICES = "--xla_force_host_platform_device_count"
 
 @dataclasses.dataclass(frozen=True)
 class Devices(protocol.Message):
-    """What the probe reports (dew.bench.runtime.protocol)."""
+    """What the probe reports (dew.bench.runtime.protocol): the devices, and as the record
+    holds them (dew.bench.record.devices: `identity` a schema Devices, `backend` a Backend)."""
 
     platform: str  # "cpu", "gpu", "tpu"
     count: int
     kind: str
+    identity: dict | None = None
+    backend: dict | None = None
+
+    def for_record(self) -> tuple[Any, Any]:
+        """(schema Devices, schema Backend) for capture(identity=...)."""
+        from dew.bench.record.schema import Backend
+        from dew.bench.record.schema import Devices as Identity
+
+        identity = Identity.model_validate({**(self.identity or {}), "count": self.count})
+        return identity, Backend.model_validate(self.backend)
 
 
 def probe_main() -> None:
-    """The probe's process: the devices JAX sees, to its parent."""
+    """The probe's process: the devices JAX sees, read as a record holds them, to its
+    parent."""
     parent = protocol.ToParent.from_environment()
     import jax
 
+    from dew.bench.record import devices as identity
+
     devices = jax.devices()
-    parent.send(Devices(devices[0].platform, len(devices), devices[0].device_kind))
+    parent.send(
+        Devices(
+            devices[0].platform,
+            len(devices),
+            devices[0].device_kind,
+            identity.read(devices).model_dump(mode="json"),
+            identity.backend(devices).model_dump(mode="json"),
+        )
+    )
 
 
 def probe_devices(environment: dict[str, str], timeout_s: float = protocol.PROBE_S) -> Devices:

@@ -69,6 +69,7 @@ def run(
     log: Callable[[str], None] = say,
     progress: SilentProgress | None = None,
     locked_clocks: Any = None,
+    identity: tuple[Any, Any] | None = None,
 ) -> BenchmarkRun:
     """Run every case once per round, `options.repeats` rounds (or until --repeats auto
     stops it); write the record after every row; return it.
@@ -77,11 +78,13 @@ def run(
     times it; rows combine across processes; only process 0 writes and is heard.
     `progress` (dew.bench.runtime.progress) hears the cases' phases and every row's result
     line, or `log` the lines without it. `locked_clocks`: the cards' locks
-    (dew.bench.sweep.locked_clocks), for the environment."""
+    (dew.bench.sweep.locked_clocks), for the environment. `identity`: the devices and
+    backend as the device probe read them (dew.bench.sweep.preflight); None: read here,
+    from the backend this process holds (a cluster's process)."""
     processes, leader = process_count(), process_index() == 0
     progress = progress or (LogProgress(log) if leader else SilentProgress())
     previous = read_previous(json_out) if resume and json_out and Path(json_out).exists() else None
-    environment = environment_for(merged_cases(previous, cases), processes, locked_clocks)
+    environment = environment_for(merged_cases(previous, cases), processes, locked_clocks, identity)
     if previous is not None:
         check_same_measurement(previous, options, environment, json_out)
     host = HostReadings(idle_check, options)
@@ -89,7 +92,7 @@ def run(
         options, cases, previous=previous, environment=environment, idle_check=host.first,
         command=command, warnings=warnings, path=json_out, writes=leader, processes=processes,
     )  # fmt: skip
-    executor = executor_for(options, processes, progress)
+    executor = executor_for(options, processes, progress, environment.devices, cases)
     with stopping(record.interrupted_line, end=executor.stop):
         for round_index in range(record.rounds.count):
             for case, why in record.stop_measured():
@@ -116,12 +119,13 @@ def run(
 
 
 def environment_for(
-    cases: Sequence[Case], processes: int, locked_clocks: Any = None
+    cases: Sequence[Case], processes: int, locked_clocks: Any = None, identity: Any = None
 ) -> Environment:
     """Where the run measures (dew.bench.record.capture): the process table of a
-    multi-process run, the code from outside dew that `cases` (every row's) use, the locks."""
+    multi-process run, the code from outside dew that `cases` (every row's) use, the locks,
+    the devices as the process that held them read them (`identity`)."""
     table = process_table() if processes > 1 else None
-    environment = capture(processes=table, outside=outside_modules(cases))
+    environment = capture(processes=table, outside=outside_modules(cases), identity=identity)
     return environment.model_copy(update={"locked_clocks": locked_clocks})
 
 

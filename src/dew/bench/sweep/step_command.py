@@ -165,9 +165,9 @@ def compile_jobs(options: Options, platform: str, cases: int) -> tuple[Options, 
     jobs = options.compile_jobs
     if not options.isolate:
         jobs = 1
-    elif jobs is None:
-        jobs = min(hostprobe.cores(), max(cases, 1)) if platform == "cpu" else 1
-    elif jobs > 1 and platform != "cpu":
+    elif jobs is None:  # a TPU's cases compile without the chip (dew.bench.sweep.chip)
+        jobs = min(hostprobe.cores(), max(cases, 1)) if platform in ("cpu", "tpu") else 1
+    elif jobs > 1 and platform not in ("cpu", "tpu"):
         warnings.append(
             f"--compile-jobs {jobs} on {platform}: the compiles autotune concurrently on "
             "the one device (kernel choices may differ from a serial compile) and every "
@@ -250,13 +250,13 @@ def _main(argv: list[str], held: contextlib.ExitStack, prog: str) -> int:
     locked_clocks.check(args.lock_clocks, in_cluster=in_cluster)
     if not in_cluster:  # one run per record; in a cluster process 0 locks it once joined
         held.enter_context(one_writer(args.json_out, flag="--json-out"))
-    platform = None  # a cluster's devices are known only once it is joined
+    platform = identity = None  # a cluster's devices are known only once it is joined
     if not in_cluster:
         if options.isolate:  # no folder for the forkserver's socket: refused before any case
             sockets.for_multiprocessing()
         devices, warnings = preflight.prepare_environment(options, cases, log)
         own_step.check(cases, options)  # a wrong factory: refused before any case
-        platform = devices.platform
+        platform, identity = devices.platform, devices.for_record()
         options, more = compile_jobs(options, platform, len(cases))
         warnings += more
     options = malloc(options, platform)
@@ -293,6 +293,7 @@ def _main(argv: list[str], held: contextlib.ExitStack, prog: str) -> int:
                 log=progress.note if progress else log,
                 progress=progress,
                 locked_clocks=clocks,
+                identity=identity,
             )
     except HostNotIdle as refusal:  # its text begins "error: ", which say() writes itself
         cli.say(PROG, str(refusal).removeprefix("error: "))

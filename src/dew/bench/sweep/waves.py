@@ -34,7 +34,8 @@ from __future__ import annotations
 import concurrent.futures
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 from dew.bench.runtime.progress import SilentProgress
 from dew.bench.sweep.case_process import CaseProcess
@@ -115,7 +116,7 @@ def _compile_stage(
                     pending
                     and len(running) < jobs
                     and len(ready) + len(running) < limit
-                    and _room_for_another([child for *_, child, _ in ready])
+                    and room_for_another([child for *_, child, _ in ready])
                 ):
                     position, case = pending.pop(0)
                     child = CaseProcess(case, options)  # forked: starts in milliseconds
@@ -147,8 +148,9 @@ def _compile_stage(
     return sorted(ready, key=lambda item: item[0])
 
 
-def _room_for_another(waiting: Sequence[CaseProcess]) -> bool:
-    """Whether the host's free memory holds one more compiled, waiting child."""
+def room_for_another(waiting: Iterable[Any]) -> bool:
+    """Whether the host's free memory holds one more compiled, waiting child (or one more
+    compiling process: `waiting` are children with a pid, a CaseProcess or a protocol.Child)."""
     import psutil
 
     largest = 0

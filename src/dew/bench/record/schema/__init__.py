@@ -45,6 +45,7 @@ from dew.bench.record.schema.base import (
     is_recordable_env_flag,
 )
 from dew.bench.record.schema.environment import (
+    Backend,
     Code,
     Container,
     Devices,
@@ -83,7 +84,8 @@ from dew.bench.record.schema.rows import (
 
 __all__ = [
     "ENV_FLAG_PREFIXES", "EXCLUDED_FLAG_PREFIXES", "SCHEMA_VERSION", "SECRET_NAME_PATTERN",
-    "BenchmarkRun", "Code", "Container", "DataRepeat", "DataRow", "Devices", "Environment",
+    "Backend", "BenchmarkRun", "Code", "Container", "DataRepeat", "DataRow", "Devices",
+    "Environment",
     "Fingerprint", "GpuInfo", "GpuReading", "GpuTelemetry", "GpuWindow", "Host", "IdleCheck",
     "Interval", "JsonScalar", "KubernetesPod", "NonNegFloat", "NonNegInt", "PHASES", "Phase",
     "KindName", "ProcessInfo", "ProcessReading", "ROW_MODELS", "Record", "RowBase", "Rows",
@@ -97,7 +99,9 @@ __all__ = [
 # every new field is optional, so they read as rows holding summaries only.
 # 3: a step repeat's `phases` (where its process's time went, with wall-clock starts) and
 # every repeat's `host_probe_ms` (the host-speed probe of its round). Optional again.
-SCHEMA_VERSION = 3
+# 4: the devices as the process that held them read them (`devices.read_by`, TPU `coords`
+# and `topology`), the `backend` it saw, a step repeat's `peak_own`. Optional again.
+SCHEMA_VERSION = 4
 
 # --- what ran ----------------------------------------------------------------------------
 

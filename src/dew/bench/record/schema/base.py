@@ -11,7 +11,7 @@ from pydantic import Field
 
 # An allowlist, not a denylist: a record carries these variables and nothing else, so a
 # token or password in the environment can never reach a published file.
-ENV_FLAG_PREFIXES = ("JAX_", "XLA_", "NCCL_", "CUDA_", "TF_")
+ENV_FLAG_PREFIXES = ("JAX_", "XLA_", "NCCL_", "CUDA_", "TF_", "TPU_", "LIBTPU_")
 # Whole names outside those prefixes: LD_PRELOAD names the cases' malloc
 # (dew.bench.sweep.allocator).
 ENV_FLAG_NAMES = ("LD_PRELOAD",)

@@ -34,7 +34,46 @@ class Devices(Record):
     platform: str | None = Field(description="jax platform: cpu, gpu (cuda/rocm) or tpu")
     kind: str | None = Field(description="device kind, e.g. 'NVIDIA GeForce RTX 4080'")
     count: NonNegInt | None
-    memory_gib: NonNegFloat | None = Field(description="memory of one device")
+    memory_gib: NonNegFloat | None = Field(
+        description="memory of one device: NVML's total on a GPU, memory_stats' bytes_limit "
+        "on a TPU"
+    )
+    read_by: Literal["the process that held them"] | None = Field(
+        default=None,
+        description="who read these: a process that held the devices (a step run's device "
+        "probe, or its own process); null: a guess by a process that held none (NVML's "
+        "cards, else the CPU), or a record from before the field",
+    )
+    coords: list[list[int]] | None = Field(
+        default=None, description="each device's coordinates in its slice (TPU)"
+    )
+    topology: str | None = Field(
+        default=None, description="the TPU slice the devices form, e.g. 'v5e:1x1'"
+    )
+
+
+class Backend(Record):
+    """The JAX backend as the process that held the device saw it, after importing jax."""
+
+    platform_version: str | None = Field(description="the PJRT client's platform_version")
+    libtpu: str | None = Field(default=None, description="libtpu's version (TPU)")
+    env_after_import: dict[str, str] | None = Field(
+        default=None,
+        description="XLA_*, LIBTPU_* and TPU_* variables as they stand after jax is imported "
+        "(jax sets some itself, e.g. LIBTPU_INIT_ARGS)",
+    )
+    transparent_hugepages: str | None = Field(
+        default=None,
+        description="/sys/kernel/mm/transparent_hugepage/enabled, or why it could not be read",
+    )
+
+    @pydantic.field_validator("env_after_import")
+    @classmethod
+    def _only_allowlisted(cls, flags: dict[str, str] | None) -> dict[str, str] | None:
+        for name in flags or {}:
+            if not is_recordable_env_flag(name):
+                raise ValueError(f"environment variable {name!r} may not be recorded")
+        return flags
 
 
 class Container(Record):
@@ -207,6 +246,11 @@ class LockedClocks(Record):
 class Environment(Record):
     host: Host | None
     devices: Devices | None
+    backend: Backend | None = Field(
+        default=None,
+        description="the backend as the measuring process saw it; null: not read (a record "
+        "from before, or no process opened a device)",
+    )
     driver_version: str | None
     cuda_version: str | None
     cudnn_version: str | None
@@ -217,7 +261,7 @@ class Environment(Record):
         description="distribution name -> version (jax, jaxlib, the CUDA plugin, flax, ...)"
     )
     env_flags: dict[str, str] | None = Field(
-        description="every JAX_*, XLA_*, NCCL_*, CUDA_*, TF_* variable that was set"
+        description="every JAX_*, XLA_*, NCCL_*, CUDA_*, TF_*, TPU_*, LIBTPU_* variable set"
     )
     jax_config: dict[str, JsonScalar] | None = Field(
         description="JAX config values that change numerics or memory"

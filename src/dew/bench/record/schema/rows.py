@@ -41,6 +41,8 @@ PHASES = (
     "timed",  # the dispatch window and the synced window
     "gpu_window",  # the synced window with the NVML sampler (NVIDIA GPUs)
     "profile",  # --profile-dir's traced steps
+    "save",  # a chip's case: its executable, initial state and batch saved for the holder
+    "open",  # a chip's holder opening the chip (on the first case it times)
 )
 
 

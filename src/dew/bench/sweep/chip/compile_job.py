@@ -1,0 +1,63 @@
+"""One case compiled for a TPU topology without the chip, in a process of its own.
+
+The run sends the job (case, options, topology, folder); this process builds the case's
+Trainer on the topology's devices (dew.train.executables.topology_devices), lowers and
+compiles the step (timed, labelled: its FLOPs counted from the TPU's optimized HLO), then
+saves the executable, the initial state (computed on this process's CPU) and the batch
+into the folder, and answers with the row's figures so far. It runs with JAX_PLATFORMS=cpu
+and ALLOW_MULTIPLE_LIBTPU_LOAD=1 (ENVIRONMENT): libtpu's lockfile lets it load beside the
+process that holds the chip, and it never opens the chip itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from typing import Any
+
+from dew.bench.runtime import protocol
+from dew.bench.runtime.conversation import Job, Result
+from dew.bench.runtime.phases import PhaseClock
+from dew.bench.sweep.case_run import Figures, failure, prepare
+from dew.bench.sweep.presets import Case
+from dew.bench.sweep.settings import Options
+
+ENVIRONMENT = {"JAX_PLATFORMS": "cpu", "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"}
+NAME = "the case's compile process"
+
+
+def argv() -> list[str]:
+    return [sys.executable, "-c", "from dew.bench.sweep.chip.compile_job import main; main()"]
+
+
+def job(case: Case, options: Options, topology: str, folder: str) -> Job:
+    return Job({"case": case.model_dump(mode="json"), "options": dataclasses.asdict(options),
+                "topology": topology, "folder": folder, "spawned": time.time()})  # fmt: skip
+
+
+def main() -> None:
+    parent = protocol.ToParent.from_environment()
+    message = parent.receive(Job)
+    if message is None:  # the run has gone
+        return
+    work: dict[str, Any] = message.work
+    clock = PhaseClock()
+    clock.add("imports", work["spawned"], time.time() - work["spawned"])
+    case, options = Case.model_validate(work["case"]), Options(**work["options"])
+    figures, tokens, error = Figures(), None, None
+    try:
+        from dew.train.executables import save_program, topology_devices
+
+        devices = topology_devices(work["topology"])
+        compile_only = dataclasses.replace(options, compile_only=True)
+        prepared = prepare(case, compile_only, figures, clock, devices)
+        tokens = prepared.tokens_per_sample
+        with clock.phase("save"):
+            batch = prepared.trainer.example_batch(case.batch)
+            save_program(work["folder"], prepared.trainer, batch)
+    except Exception as failed:
+        error = failure(failed)
+    fields = {"figures": figures.fields(), "tokens": tokens, "error": error,
+              "phases": clock.dump()}  # fmt: skip
+    parent.send(Result(fields))

@@ -1,0 +1,104 @@
+"""The process that holds the chip for one round: every compiled case loaded and timed.
+
+It opens the chip, says so (Ready), and then takes one Job at a time (a case, its saved
+program's folder, the figures its compile measured), answering each with the case's row
+(Result): the program loaded (dew.train.executables.Program), its state and batch put on
+the chip, then the same windows, util and loss checks as every case
+(dew.bench.sweep.case_run.measure). The run closes the channel when the round is over.
+
+A row's peak HBM: memory_stats' peak_bytes_in_use only rises within a process, so it is
+the row's own only where this row raised it above every earlier row of the process; else
+the row's peak stays null, saying why. `readings` beside each row carry the peak and the
+bytes in use, which the run orders the next round by.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+import time
+from typing import Any
+
+from dew.bench.common.units import GIB
+from dew.bench.runtime import protocol
+from dew.bench.runtime.conversation import Job, Ready, Result
+from dew.bench.runtime.phases import PhaseClock
+from dew.bench.sweep.case_run import Figures, Prepared, failure, final_row, join, measure
+from dew.bench.sweep.presets import Case
+from dew.bench.sweep.settings import Options
+from dew.bench.sweep.timing import block
+
+NAME = "the process holding the chip"
+
+
+def argv() -> list[str]:
+    return [sys.executable, "-c", "from dew.bench.sweep.chip.holder import main; main()"]
+
+
+def job(case: Case, options: Options, folder: str, compiled: dict[str, Any]) -> Job:
+    import dataclasses
+
+    return Job({"case": case.model_dump(mode="json"), "options": dataclasses.asdict(options),
+                "folder": folder, "compiled": compiled})  # fmt: skip
+
+
+def main() -> None:
+    parent = protocol.ToParent.from_environment()
+    began, start = time.time(), time.perf_counter()
+    import jax
+
+    devices = jax.devices()
+    opened = time.perf_counter() - start
+    parent.send(Ready({"open_s": opened, "began": began}))
+    highest = 0  # the process's peak_bytes_in_use before the current row
+    while (message := parent.receive(Job)) is not None:
+        row, readings = time_case(message.work, devices, highest)
+        highest = max(highest, readings.get("peak_bytes") or 0)
+        parent.send(Result({"row": row, "readings": readings}))
+        gc.collect()
+
+
+def time_case(work: dict[str, Any], devices: list[Any], highest: int) -> tuple[dict, dict]:
+    """One case of the round: its row (JSON) and what memory_stats read after it."""
+    from dew.train.executables import Program
+
+    case, options = Case.model_validate(work["case"]), Options(**work["options"])
+    compiled = work["compiled"]
+    figures = Figures(**compiled["figures"])
+    clock = PhaseClock()
+    error = diverged = None
+    readings: dict[str, Any] = {}
+    try:
+        with clock.phase("init"):
+            program = Program(work["folder"])
+            state, batch = block((program.init(), program.batch()))
+        prepared = Prepared(case, program, state, batch, figures, compiled["tokens"], devices)
+        repeat, diverged = measure(prepared, options, figures, clock)
+        readings = _memory(devices[0])
+        figures.peak_gib, note = own_peak(readings, highest)
+        figures.note = join(figures.note, note)
+        repeat.phases = [*compiled["phases"], *clock.phases]
+        figures.repeats = [repeat]
+        del prepared, program, state, batch
+    except Exception as failed:
+        error = failure(failed)
+    return final_row(case, figures, error, diverged).model_dump(mode="json"), readings
+
+
+def own_peak(readings: dict[str, Any], highest: int) -> tuple[float | None, str | None]:
+    """The row's peak GiB where it raised the process's peak above `highest` (every earlier
+    row's), else None and why."""
+    peak = readings.get("peak_bytes")
+    if peak is None:
+        return None, None
+    if peak > highest:
+        return peak / GIB, None
+    return None, (
+        f"peak HBM not its own: an earlier case in its process peaked at {highest / GIB:.2f} "
+        "GiB, and the allocator's peak only rises"
+    )
+
+
+def _memory(device: Any) -> dict[str, Any]:
+    stats = device.memory_stats() or {}
+    return {"peak_bytes": stats.get("peak_bytes_in_use"), "in_use_bytes": stats.get("bytes_in_use")}
