@@ -165,8 +165,10 @@ def compile_jobs(options: Options, platform: str, cases: int) -> tuple[Options, 
     jobs = options.compile_jobs
     if not options.isolate:
         jobs = 1
-    elif jobs is None:  # a TPU's cases compile without the chip (dew.bench.sweep.chip)
-        jobs = min(hostprobe.cores(), max(cases, 1)) if platform in ("cpu", "tpu") else 1
+    elif jobs is None and platform == "tpu":  # compiled without the chip: dew.bench.sweep.chip
+        jobs = min(hostprobe.cores(), max(cases, 1), tpu_compiles_in_memory())
+    elif jobs is None:
+        jobs = min(hostprobe.cores(), max(cases, 1)) if platform == "cpu" else 1
     elif jobs > 1 and platform not in ("cpu", "tpu"):
         warnings.append(
             f"--compile-jobs {jobs} on {platform}: the compiles autotune concurrently on "
@@ -174,6 +176,18 @@ def compile_jobs(options: Options, platform: str, cases: int) -> tuple[Options, 
             "waiting case holds device memory; this was never measured on a GPU"
         )
     return dataclasses.replace(options, compile_jobs=jobs), warnings
+
+
+# What one small-preset compile for a TPU may take of the host's memory: 13 at once ran a
+# 40 GiB TPU host out of memory, 8 at once did not.
+TPU_COMPILE_BYTES = 5 * 1024**3
+
+
+def tpu_compiles_in_memory() -> int:
+    """How many TPU compiles the host's available memory holds at once (at least one)."""
+    import psutil
+
+    return max(1, psutil.virtual_memory().available // TPU_COMPILE_BYTES)
 
 
 def malloc(options: Options, platform: str | None) -> Options:
