@@ -1,5 +1,5 @@
-"""`nox -s lock`: locks/{cpu,cuda12,cuda13,dev}.txt compiled from pyproject.toml by uv;
-`-- --check` compiles each afresh beside the old one and fails on a difference."""
+"""`nox -s lock`: locks/*.txt compiled from pyproject.toml by uv (one per LOCK_EXTRAS
+entry); `-- --check` compiles each afresh beside the old one and fails on a difference."""
 
 from __future__ import annotations
 
@@ -9,23 +9,43 @@ import shutil
 import sys
 import tempfile
 
+from dew.host import tpu_host
 from dew.host.engine import ROOT
 from dew.host.venvs import LOCK_EXTRAS, LOCKS, PYTHON
 
 UV = "uv==0.13.9"  # the lock tool is pinned like everything else
 # CPython on x86_64 Linux with manylinux wheels. uv writes the hashes of every wheel of
 # each pinned version, so the cpu lock also installs on Debian trixie's Python 3.13.
-LOCK_TARGET = ["--python-version", PYTHON, "--python-platform", "x86_64-manylinux_2_28"]
+# libtpu's wheels are manylinux_2_31 only.
+PLATFORMS = {"tpu": "x86_64-manylinux_2_31"}
+DEFAULT_PLATFORM = "x86_64-manylinux_2_28"
+# The lock whose pins a new lock starts from (uv keeps the pins it finds in its output
+# file): a package the stacks share gets the published version in each.
+PUBLISHED_LOCK = "cpu"
+
+
+def variant_arguments(variant: str, scratch: pathlib.Path) -> list[str]:
+    """What a lock adds to the common arguments: its extras and its Python (tpu-host: the
+    host's Python and versions, without the host's own packages)."""
+    extras = [arg for extra in LOCK_EXTRAS[variant] for arg in ("--extra", extra)]
+    if variant == "tpu-host":
+        return [*extras, *tpu_host.lock_arguments(scratch)]
+    return [*extras, "--python-version", PYTHON]
 
 
 def compile_lock(session, variant: str, output: pathlib.Path) -> None:
-    extras = [arg for extra in LOCK_EXTRAS[variant] for arg in ("--extra", extra)]
-    session.run(
-        "uv", "pip", "compile", "pyproject.toml", *extras, *LOCK_TARGET,
-        "--generate-hashes", "--no-header", "--no-annotate", "--quiet",
-        "--output-file", str(output),
-        env={"UV_CUSTOM_COMPILE_COMMAND": "nox -s lock"},
-    )  # fmt: skip
+    published = LOCKS / f"{PUBLISHED_LOCK}.txt"
+    if not output.exists() and variant != PUBLISHED_LOCK and published.exists():
+        shutil.copyfile(published, output)
+    with tempfile.TemporaryDirectory() as scratch:
+        session.run(
+            "uv", "pip", "compile", "pyproject.toml",
+            *variant_arguments(variant, pathlib.Path(scratch)),
+            "--python-platform", PLATFORMS.get(variant, DEFAULT_PLATFORM),
+            "--generate-hashes", "--no-header", "--no-annotate", "--quiet",
+            "--output-file", str(output),
+            env={"UV_CUSTOM_COMPILE_COMMAND": "nox -s lock"},
+        )  # fmt: skip
 
 
 def lock(session) -> None:
