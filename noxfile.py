@@ -183,3 +183,13 @@ def ab(session: nox.Session) -> None:
     argument, and what the rounds are: `dew ab --help` (dew.host.sessions.ab_session).
     """
     sessions.ab_session.ab(session, session.posargs)
+
+
+# --- a host's own JAX: the offline bundle, its CI twin, and the TPU stack -----------------
+
+
+@nox.session(python=PYTHON)
+def bundle(session: nox.Session) -> None:
+    """Wheels for a host with no network, installed beside its own JAX by the bundle's
+    install.py: `-- --out DIR [--python 3.11]` (locks/tpu-host.txt, dew's wheel, install.py)."""
+    sessions.bundle.bundle(session)
