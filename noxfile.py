@@ -193,3 +193,12 @@ def bundle(session: nox.Session) -> None:
     """Wheels for a host with no network, installed beside its own JAX by the bundle's
     install.py: `-- --out DIR [--python 3.11]` (locks/tpu-host.txt, dew's wheel, install.py)."""
     sessions.bundle.bundle(session)
+
+
+@nox.session(name="tpu-host-smoke", python=PYTHON)
+def tpu_host_smoke(session: nox.Session) -> None:
+    """The TPU host reproduced on CPU: Python 3.11, jax/jaxlib 0.10.2 in a folder on
+    PYTHONPATH (locks/tpu-host-jax.txt), the bundle built and installed by its install.py,
+    cpu-smoke on simple_dit and unet, its record checked. `-- [benchmark_step.py flags]`.
+    """
+    sessions.tpu_host_smoke.tpu_host_smoke(session)

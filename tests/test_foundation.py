@@ -48,7 +48,15 @@ def test_pyproject_needs_ranges_that_take_the_tpu_host_and_the_published_stack()
 
 
 def test_the_locks_are_the_measured_stacks_the_host_venv_and_the_tpu_host():
-    assert [lock.stem for lock in LOCKS] == ["cpu", "cuda12", "cuda13", "dev", "tpu-host", "tpu"]
+    assert [lock.stem for lock in LOCKS] == [
+        "cpu",
+        "cuda12",
+        "cuda13",
+        "dev",
+        "tpu-host-jax",
+        "tpu-host",
+        "tpu",
+    ]
 
 
 REPORT_LIBRARIES = ("matplotlib", "jinja2", "ruptures")
@@ -89,11 +97,16 @@ def test_every_lock_line_is_pinned_and_hashed(lock):
 
 @pytest.mark.parametrize("lock", LOCKS, ids=lambda p: p.stem)
 def test_every_lock_carries_the_published_versions(lock):
-    """Every lock but tpu-host: that one carries flax 0.12.8 and none of the host's own
-    packages (its JAX, numpy, scipy), which the bundle never replaces."""
+    """Every lock of a stack dew publishes. tpu-host carries flax 0.12.8 and none of the
+    host's own packages (its JAX, numpy, scipy), which the bundle never replaces; those are
+    tpu-host-jax's, at the versions the host was found with."""
     from dew.host.tpu_host import BESIDE_HOST, HOST_JAX_REQUIREMENTS, HOST_PACKAGES
 
     versions = {req.split("==")[0].lower(): req.split("==")[1] for req in parse_lock(lock)}
+    if lock.stem == "tpu-host-jax":  # the host's own, as found: what tpu-host-smoke is on CPU
+        assert versions.items() >= HOST_PACKAGES.items()
+        assert versions.keys() == {*HOST_PACKAGES, *HOST_JAX_REQUIREMENTS}
+        return
     if lock.stem == "tpu-host":
         assert versions["flax"] == BESIDE_HOST["flax"]
         assert versions["optax"] == PUBLISHED["optax"]

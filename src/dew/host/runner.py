@@ -170,11 +170,13 @@ def new_run_dir(preset: str, device: str) -> Path:
 
 class Runner:
     """Runs `python ...` from the checkout root: in the image, or (engine none) in the
-    session's venv. Paths under results/ are given as host paths and mapped."""
+    session's venv, or with `interpreter` (the command that stands for `python`: another
+    Python on the host). Paths under results/ are given as host paths and mapped."""
 
-    def __init__(self, session, engine=None, image=None, gpu=False, mounts=()):
+    def __init__(self, session, engine=None, image=None, gpu=False, mounts=(), interpreter=None):
         self.session, self.engine, self.image = session, engine, image
         self.gpu, self.mounts = gpu, list(mounts)
+        self.interpreter = list(interpreter or ["python"])
 
     def path(self, host_path: Path) -> str:
         if self.engine is None:
@@ -186,7 +188,7 @@ class Runner:
     ) -> None:
         env = dict(env or {})
         if self.engine is None:
-            argv, run_env = ["python", *args], env
+            argv, run_env = [*self.interpreter, *args], env
         else:
             argv = run_argv(
                 self.engine, self.image, ["python", *args], env=env, gpu=self.gpu,

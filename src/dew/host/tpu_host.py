@@ -17,6 +17,9 @@ HOST_PACKAGES = {"jax": "0.10.2", "jaxlib": "0.10.2", "numpy": "2.4.6", "scipy":
 # jax's own requirements: they came with the host's jax and stay the host's (present, any
 # version its jax runs with).
 HOST_JAX_REQUIREMENTS = ("ml-dtypes", "opt-einsum")
+# The lock of the host's own packages as found (the CPU jaxlib of the same version, and
+# no libtpu): what tpu-host-smoke puts in a folder on PYTHONPATH to be the host on CPU.
+HOST_LOCK = "tpu-host-jax"
 # The published versions that do not run beside that host: flax 0.12.9 needs Python 3.12
 # and jax>=0.11.1; 0.12.8 takes Python 3.11 and jax>=0.10.
 BESIDE_HOST = {"flax": "0.12.8"}
@@ -34,3 +37,11 @@ def lock_arguments(scratch: Path) -> list[str]:
         "--python-version", HOST_PYTHON, "--override", str(overrides),
         *(arg for name in kept_out for arg in ("--no-emit-package", name)),
     ]  # fmt: skip
+
+
+def host_lock_arguments(scratch: Path) -> list[str]:
+    """uv pip compile's input and arguments for locks/tpu-host-jax.txt: the host's own
+    packages at their versions as found, for its Python."""
+    found = scratch / "tpu-host-jax.in"
+    found.write_text("".join(f"{name}=={version}\n" for name, version in HOST_PACKAGES.items()))
+    return [str(found), "--python-version", HOST_PYTHON]

@@ -13,6 +13,7 @@ from dew.host.sessions import (
     reproduce_session,
     slurm_smoke,
     smoke,
+    tpu_host_smoke,
 )
 
 __all__ = [
@@ -26,4 +27,5 @@ __all__ = [
     "reproduce_session",
     "slurm_smoke",
     "smoke",
+    "tpu_host_smoke",
 ]

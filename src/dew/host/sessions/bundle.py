@@ -86,7 +86,11 @@ def manifest(python: str, wheels: list[Path]) -> dict:
 
 
 def bundle(session) -> None:
-    out, python = checked_arguments(session.posargs)
+    make(session, *checked_arguments(session.posargs))
+
+
+def make(session, out: Path, python: str) -> Path:
+    """The bundle for CPython `python` written to `out` (replaced whole): its install.py."""
     try:
         locked = wheelhouse(LOCK, python, log=session.log)
     except EngineError as error:
@@ -116,3 +120,4 @@ def bundle(session) -> None:
         f"bundle: {out} ({len(wheels)} wheels, {size:.1f} MiB{over}); "
         f"on the host: python{python} {out / 'install.py'}"
     )
+    return out / "install.py"

@@ -1,5 +1,6 @@
-"""`nox -s lock`: locks/*.txt compiled from pyproject.toml by uv (one per LOCK_EXTRAS
-entry); `-- --check` compiles each afresh beside the old one and fails on a difference."""
+"""`nox -s lock`: locks/*.txt compiled by uv, one per LOCK_EXTRAS entry from pyproject.toml
+and tpu-host-jax (the TPU host's own packages as found); `-- --check` compiles each afresh
+beside the old one and fails on a difference."""
 
 from __future__ import annotations
 
@@ -24,13 +25,20 @@ DEFAULT_PLATFORM = "x86_64-manylinux_2_28"
 PUBLISHED_LOCK = "cpu"
 
 
+# Every lock: pyproject's (LOCK_EXTRAS), then the TPU host's own packages as found.
+VARIANTS = [*LOCK_EXTRAS, tpu_host.HOST_LOCK]
+
+
 def variant_arguments(variant: str, scratch: pathlib.Path) -> list[str]:
-    """What a lock adds to the common arguments: its extras and its Python (tpu-host: the
-    host's Python and versions, without the host's own packages)."""
+    """A lock's input and what it adds to the common arguments: pyproject.toml with its
+    extras and its Python (tpu-host: the host's Python and versions, without the host's own
+    packages); tpu-host-jax: the host's own packages."""
+    if variant == tpu_host.HOST_LOCK:
+        return tpu_host.host_lock_arguments(scratch)
     extras = [arg for extra in LOCK_EXTRAS[variant] for arg in ("--extra", extra)]
     if variant == "tpu-host":
-        return [*extras, *tpu_host.lock_arguments(scratch)]
-    return [*extras, "--python-version", PYTHON]
+        return ["pyproject.toml", *extras, *tpu_host.lock_arguments(scratch)]
+    return ["pyproject.toml", *extras, "--python-version", PYTHON]
 
 
 def compile_lock(session, variant: str, output: pathlib.Path) -> None:
@@ -39,7 +47,7 @@ def compile_lock(session, variant: str, output: pathlib.Path) -> None:
         shutil.copyfile(published, output)
     with tempfile.TemporaryDirectory() as scratch:
         session.run(
-            "uv", "pip", "compile", "pyproject.toml",
+            "uv", "pip", "compile",
             *variant_arguments(variant, pathlib.Path(scratch)),
             "--python-platform", PLATFORMS.get(variant, DEFAULT_PLATFORM),
             "--generate-hashes", "--no-header", "--no-annotate", "--quiet",
@@ -53,7 +61,7 @@ def lock(session) -> None:
     check = "--check" in session.posargs
     LOCKS.mkdir(exist_ok=True)
     stale = []
-    for variant in LOCK_EXTRAS:
+    for variant in VARIANTS:
         target = LOCKS / f"{variant}.txt"
         if not check:
             compile_lock(session, variant, target)
