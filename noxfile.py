@@ -202,3 +202,14 @@ def tpu_host_smoke(session: nox.Session) -> None:
     cpu-smoke on simple_dit and unet, its record checked. `-- [benchmark_step.py flags]`.
     """
     sessions.tpu_host_smoke.tpu_host_smoke(session)
+
+
+@nox.session(name="bench-tpu", python=PYTHON)
+def bench_tpu(session: nox.Session) -> None:
+    """The small preset on a TPU, on locks/tpu.txt's stack: in the tpu image where an engine
+    answers (privileged, the host's network), else in this venv from the lock, said in one
+    line; refused in one line where no TPU is found. The rest as bench-gpu.
+
+    `-- [--base-image REF] [--data.path DIR] [benchmark_step flags]`
+    """
+    sessions.bench_tpu.bench_tpu(session)

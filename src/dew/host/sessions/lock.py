@@ -26,7 +26,7 @@ PUBLISHED_LOCK = "cpu"
 
 
 # Every lock: pyproject's (LOCK_EXTRAS), then the TPU host's own packages as found.
-VARIANTS = [*LOCK_EXTRAS, tpu_host.HOST_LOCK]
+LOCK_NAMES = [*LOCK_EXTRAS, tpu_host.HOST_LOCK]
 
 
 def variant_arguments(variant: str, scratch: pathlib.Path) -> list[str]:
@@ -61,7 +61,7 @@ def lock(session) -> None:
     check = "--check" in session.posargs
     LOCKS.mkdir(exist_ok=True)
     stale = []
-    for variant in VARIANTS:
+    for variant in LOCK_NAMES:
         target = LOCKS / f"{variant}.txt"
         if not check:
             compile_lock(session, variant, target)
