@@ -8,6 +8,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
 from container_support import nox_command
 
 from dew.host import engine as containers
@@ -35,6 +36,8 @@ def test_a_tpu_is_found_by_its_device_nodes_or_its_pci_function(tmp_path):
 
 
 def test_nox_refuses_a_host_without_a_tpu_in_one_line():
+    if bench_tpu.tpu_chips():
+        pytest.skip("this host has a TPU: the session would run")
     env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
     done = subprocess.run([*nox_command(), "-s", "bench-tpu"], cwd=ROOT, capture_output=True,
                           text=True, timeout=300, env=env)  # fmt: skip

@@ -35,9 +35,9 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-from dew.telemetry import nvml
-
 T = TypeVar("T")
+
+from dew.telemetry import nvml
 
 MODES = ("base", "max", "off")
 # nvml.h's values, for an nvidia-ml-py too old to name them

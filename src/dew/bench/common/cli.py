@@ -26,6 +26,8 @@ import typing
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+T = TypeVar("T")
+
 from dew.bench.common import arguments
 from dew.bench.common.errors import (  # noqa: F401  (re-exported: the entry points' one import)
     EXIT_CHANGED,
@@ -38,8 +40,6 @@ from dew.bench.common.errors import (  # noqa: F401  (re-exported: the entry poi
     say,
 )
 from dew.flags import flag  # noqa: F401  (re-exported: every entry point spells flags so)
-
-T = TypeVar("T")
 
 # --- parsing ---------------------------------------------------------------------------------
 
