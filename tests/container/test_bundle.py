@@ -9,6 +9,7 @@ what tpu-host-smoke demands of its record.
 import hashlib
 import importlib.metadata
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -57,8 +58,10 @@ def make_bundle(root: Path, **changes) -> Path:
     return root / "install.py"
 
 
-def run(install: Path, *args: str, python=(sys.executable,)):
-    return subprocess.run([*python, str(install), *args], capture_output=True, text=True)
+def run(install: Path, *args: str, python=(sys.executable,), pythonpath=None):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update({"PYTHONPATH": str(pythonpath)} if pythonpath else {})
+    return subprocess.run([*python, str(install), *args], capture_output=True, text=True, env=env)
 
 
 def one_line(done, code: int) -> str:
@@ -83,6 +86,21 @@ def test_it_installs_beside_the_hosts_jax_and_leaves_what_the_record_reads(tmp_p
                                    "lock": "locks/tpu-host.txt sha256:" + "cd" * 8}}  # fmt: skip
     again = run(install, "--target", str(target))  # an earlier install is replaced whole
     assert again.returncode == 0, again.stderr
+
+
+def test_a_host_package_copied_in_without_metadata_is_read_from_its_module(tmp_path):
+    """A host folder may hold a package without its .dist-info: its __version__ and folder."""
+    host = tmp_path / "host"
+    (host / "hostonly").mkdir(parents=True)
+    (host / "hostonly" / "__init__.py").write_text('__version__ = "2.0.1"\n')
+    install = make_bundle(tmp_path / "bundle", host_packages={"jax": "0.10.2", "hostonly": "2.0"})
+    done = run(install, "--target", str(tmp_path / "site"), pythonpath=host)
+    assert done.returncode == 0, done.stderr
+    manifest = json.loads((tmp_path / "site" / provenance.BUNDLE_MANIFEST).read_text())
+    assert manifest["host"]["hostonly"] == {"version": "2.0.1", "location": str(host)}
+    old = make_bundle(tmp_path / "older", host_packages={"hostonly": "2.1"})
+    err = one_line(run(old, pythonpath=host), 2)
+    assert f"the host's hostonly is 2.0.1 ({host}); this bundle needs hostonly>=2.1" in err
 
 
 def test_the_wrong_python_is_refused(tmp_path):

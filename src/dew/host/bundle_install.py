@@ -90,13 +90,27 @@ def check_python(manifest: dict) -> None:
         )
 
 
+def imported(name: str) -> tuple[str, str] | None:
+    """A host package without a .dist-info (copied onto the path rather than installed):
+    (its module's __version__, the sys.path folder it imports from); None when it does not
+    import or names no version."""
+    try:
+        module = importlib.import_module(name.replace("-", "_"))
+    except Exception:  # absent, or broken in a way the refusal's line covers
+        return None
+    version, where = getattr(module, "__version__", None), getattr(module, "__file__", None)
+    if not isinstance(version, str) or not where:
+        return None
+    return version, str(Path(where).resolve().parents[1])
+
+
 def check_host(manifest: dict, found: dict[str, tuple[str, str]], target: Path) -> dict:
     """The host's packages the bundle needs, each with its version and folder; a missing or
     too old one refused."""
     host = {}
     needed = {**manifest["host_packages"], **{name: None for name in manifest["host_present"]}}
     for name, lowest in needed.items():
-        version, where = found.get(name, (None, None))
+        version, where = found.get(name) or imported(name) or (None, None)
         if version is not None and Path(where) == target:
             version = None  # an earlier bundle's, not the host's
         if version is None:
@@ -166,10 +180,7 @@ def check_imports(target: Path, host: dict) -> str:
     """dew, flax and optax import with the folder appended, and jax is the host's: the
     version the bundle found, from the host's folder."""
     path = os.pathsep.join(p for p in [os.environ.get("PYTHONPATH", ""), str(target)] if p)
-    probe = (
-        "import importlib.metadata as m, json, dew, flax, optax, jax; "
-        "print(json.dumps([m.version('jax'), jax.__file__]))"
-    )
+    probe = "import json, dew, flax, optax, jax; print(json.dumps([jax.__version__, jax.__file__]))"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": path})  # fmt: skip
     if done.returncode != 0:
