@@ -183,3 +183,33 @@ def ab(session: nox.Session) -> None:
     argument, and what the rounds are: `dew ab --help` (dew.host.sessions.ab_session).
     """
     sessions.ab_session.ab(session, session.posargs)
+
+
+# --- a host's own JAX: the offline bundle, its CI twin, and the TPU stack -----------------
+
+
+@nox.session(python=PYTHON)
+def bundle(session: nox.Session) -> None:
+    """Wheels for a host with no network, installed beside its own JAX by the bundle's
+    install.py: `-- --out DIR [--python 3.11]` (locks/tpu-host.txt, dew's wheel, install.py)."""
+    sessions.bundle.bundle(session)
+
+
+@nox.session(name="tpu-host-smoke", python=PYTHON)
+def tpu_host_smoke(session: nox.Session) -> None:
+    """The TPU host reproduced on CPU: Python 3.11, jax/jaxlib 0.10.2 in a folder on
+    PYTHONPATH (locks/tpu-host-jax.txt), the bundle built and installed by its install.py,
+    cpu-smoke on simple_dit and unet, its record checked. `-- [benchmark_step.py flags]`.
+    """
+    sessions.tpu_host_smoke.tpu_host_smoke(session)
+
+
+@nox.session(name="bench-tpu", python=PYTHON)
+def bench_tpu(session: nox.Session) -> None:
+    """The small preset on a TPU, on locks/tpu.txt's stack: in the tpu image where an engine
+    answers (privileged, the host's network), else in this venv from the lock, said in one
+    line; refused in one line where no TPU is found. The rest as bench-gpu.
+
+    `-- [--base-image REF] [--data.path DIR] [benchmark_step flags]`
+    """
+    sessions.bench_tpu.bench_tpu(session)

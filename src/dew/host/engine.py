@@ -28,7 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]  # the checkout: src/dew/host/engine.py
 ENGINES = ("docker", "podman", "none")
-VARIANTS = ("cpu", "cuda12", "cuda13")
+VARIANTS = ("cpu", "cuda12", "cuda13", "tpu")
 CACHE = Path(os.environ.get("DEW_CACHE_DIR") or Path.home() / ".cache" / "dew")
 # How long the last build of each kind took, said before the next one (last_build_note).
 BUILD_TIMES = CACHE / "build-times.json"

@@ -74,6 +74,7 @@ def run_argv(
     env: Mapping[str, str] = (),
     mounts: Sequence[tuple[Path, str, str]] = (),
     gpu: bool = False,
+    tpu: bool = False,
 ) -> list[str]:
     """`engine run` for one command in the image, with the checkout's results and the
     persistent XLA compilation cache at IMAGE_XLA_CACHE (the caller passes it to the tool,
@@ -96,7 +97,9 @@ def run_argv(
     results.mkdir(exist_ok=True)
     user, hand_back = user_flags(engine, image)
     argv = [engine.name, "run", "--rm", *host_run_flags(engine, image.ref), *user]
-    argv += ["--network", "none"]
+    # A TPU as Cloud TPU's documentation runs a container: privileged (the chips' device
+    # nodes), on the host's network (libtpu asks the VM's metadata server for the topology).
+    argv += ["--privileged", "--network", "host"] if tpu else ["--network", "none"]
     # The idle check must see the host's other processes; grain's workers share memory.
     argv += ["--pid=host", "--shm-size=8g"]
     if gpu:
@@ -170,11 +173,15 @@ def new_run_dir(preset: str, device: str) -> Path:
 
 class Runner:
     """Runs `python ...` from the checkout root: in the image, or (engine none) in the
-    session's venv. Paths under results/ are given as host paths and mapped."""
+    session's venv, or with `interpreter` (the command that stands for `python`: another
+    Python on the host). Paths under results/ are given as host paths and mapped."""
 
-    def __init__(self, session, engine=None, image=None, gpu=False, mounts=()):
+    def __init__(
+        self, session, engine=None, image=None, gpu=False, mounts=(), interpreter=None, tpu=False
+    ):
         self.session, self.engine, self.image = session, engine, image
-        self.gpu, self.mounts = gpu, list(mounts)
+        self.gpu, self.tpu, self.mounts = gpu, tpu, list(mounts)
+        self.interpreter = list(interpreter or ["python"])
 
     def path(self, host_path: Path) -> str:
         if self.engine is None:
@@ -186,11 +193,11 @@ class Runner:
     ) -> None:
         env = dict(env or {})
         if self.engine is None:
-            argv, run_env = ["python", *args], env
+            argv, run_env = [*self.interpreter, *args], env
         else:
             argv = run_argv(
                 self.engine, self.image, ["python", *args], env=env, gpu=self.gpu,
-                mounts=self.mounts,
+                tpu=self.tpu, mounts=self.mounts,
             )  # fmt: skip
             run_env = None
         kwargs = dict(env=run_env, external=True, success_codes=list(success_codes),

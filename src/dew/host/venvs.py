@@ -9,10 +9,18 @@ from dew.host.runner import Runner
 
 PYTHON = "3.12"
 LOCKS = ROOT / "locks"
-# What each lock installs. cpu, cuda12 and cuda13 are the measured stacks (the images):
-# what a measurement imports, nothing more. dev is the host's: the same runtime plus the
-# report libraries and the test tools.
-LOCK_EXTRAS = {"cpu": [], "cuda12": ["cuda12"], "cuda13": ["cuda13"], "dev": ["dev", "report"]}
+# What each lock installs (pyproject's extras; `published` is the published stack, pinned).
+# cpu, cuda12, cuda13 and tpu are the measured stacks: what a measurement imports, nothing
+# more. dev is the host's: the same runtime plus the report libraries and the test tools.
+# tpu-host is what a bundle brings beside a TPU host's own JAX (dew.host.tpu_host).
+LOCK_EXTRAS = {
+    "cpu": ["published"],
+    "cuda12": ["published", "cuda12"],
+    "cuda13": ["published", "cuda13"],
+    "dev": ["published", "dev", "report"],
+    "tpu": ["published", "tpu"],
+    "tpu-host": ["published"],
+}
 
 
 def install_locked(session, variant: str = "dev") -> None:

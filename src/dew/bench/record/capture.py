@@ -29,6 +29,7 @@ from dew.bench.record import devices as device_identity
 from dew.bench.record.outside import describe as describe_outside
 from dew.bench.record.outside import distribution_name, git
 from dew.bench.record.outside import versions as outside_versions
+from dew.bench.record.provenance import package_sources
 from dew.bench.record.schema import (
     Backend,
     Code,
@@ -121,6 +122,7 @@ def capture(
     """
     environ = os.environ if environ is None else environ
     outside_code = describe_outside(outside or {})
+    packages = {**_packages(), **outside_versions(outside_code)}
     with nvml.session() as gpus:
         read, backend = identity or _devices(devices, environ, gpus)
         # Only the cards CUDA_VISIBLE_DEVICES shows this run (their NVML indices), where
@@ -136,7 +138,8 @@ def capture(
             container=_container(environ),
             code=_code(Path(repo) if repo else REPO_ROOT, environ),
             python=platform.python_version(),
-            packages={**_packages(), **outside_versions(outside_code)},
+            packages=packages,
+            package_sources=package_sources(packages) or None,
             env_flags=env_flags(environ),
             jax_config=_jax_config(),
             processes=processes,

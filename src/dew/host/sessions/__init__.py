@@ -7,11 +7,14 @@ from dew.host.sessions import (
     base_image,
     bench_data,
     bench_gpu,
+    bench_tpu,
+    bundle,
     lock,
     multihost_smoke,
     reproduce_session,
     slurm_smoke,
     smoke,
+    tpu_host_smoke,
 )
 
 __all__ = [
@@ -19,9 +22,12 @@ __all__ = [
     "base_image",
     "bench_data",
     "bench_gpu",
+    "bench_tpu",
+    "bundle",
     "lock",
     "multihost_smoke",
     "reproduce_session",
     "slurm_smoke",
     "smoke",
+    "tpu_host_smoke",
 ]

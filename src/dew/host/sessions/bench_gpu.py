@@ -36,10 +36,10 @@ DEFAULT_REPEATS = "3"
 GATES = ["--idle-check", "error", "--gpu-check", "error"]
 
 
-def step_args(args: list[str]) -> list[str]:
+def step_args(args: list[str], gates: list[str] = GATES) -> list[str]:
     """The step benchmark's flags: the gates, the repeats unless given, the user's flags."""
     repeats = [] if last_option(args, "--repeats") else ["--repeats", DEFAULT_REPEATS]
-    return [*GATES, *repeats, *args]
+    return [*gates, *repeats, *args]
 
 
 def bench_gpu(session) -> None:

@@ -243,6 +243,21 @@ class LockedClocks(Record):
     )
 
 
+class PackageSource(Record):
+    """Where a distribution in `packages` was imported from."""
+
+    source: Literal["environment", "host", "bundle"] = Field(
+        description="environment: the site-packages of the venv the run's Python is (built "
+        "from a lock: a nox session's, an image's); bundle: a dew bundle's install beside a "
+        "host's own packages (`lock` names its lock); host: anything else, the host's own (a "
+        "folder on PYTHONPATH, or its Python's site-packages outside a venv)"
+    )
+    location: str = Field(description="the folder on sys.path it was imported from")
+    lock: str | None = Field(
+        default=None, description="bundle: the lock its wheel came from and that lock's sha256"
+    )
+
+
 class Environment(Record):
     host: Host | None
     devices: Devices | None
@@ -259,6 +274,11 @@ class Environment(Record):
     python: str | None
     packages: dict[str, str | None] | None = Field(
         description="distribution name -> version (jax, jaxlib, the CUDA plugin, flax, ...)"
+    )
+    package_sources: dict[str, PackageSource] | None = Field(
+        default=None,
+        description="each of `packages`' distributions that is installed: where it came from; "
+        "null: a record from before this was recorded",
     )
     env_flags: dict[str, str] | None = Field(
         description="every JAX_*, XLA_*, NCCL_*, CUDA_*, TF_*, TPU_*, LIBTPU_* variable set"
