@@ -372,7 +372,11 @@ def pod_spec(args: argparse.Namespace) -> dict:
 def environment(args: argparse.Namespace) -> list[dict]:
     """The pod's variables: the platform, the watch's timeout, the facts the record names
     the pod by and, with --detection env, the cluster JAX would otherwise detect."""
-    values = {"JAX_PLATFORMS": "cuda", "DEW_HEARTBEAT_TIMEOUT_S": str(HEARTBEAT_TIMEOUT_S)}
+    values = {
+        "JAX_PLATFORMS": "cuda",
+        "DEW_INIT_TIMEOUT_S": str(JOIN_S),  # the join, pod 0's name included: the deadline's
+        "DEW_HEARTBEAT_TIMEOUT_S": str(HEARTBEAT_TIMEOUT_S),
+    }
     if args.detection == "jax":  # a pod that cannot detect the cluster stops in one line
         values["DEW_CLUSTER"] = "kubernetes"
     else:
