@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from jax._src.clusters import k8s_cluster
 
-from dew.bench.multihost import kubernetes
+from dew.bench.multihost import k8s_run, kubernetes
 from dew.bench.multihost.launch import free_port
 from dew.train import distributed
 
@@ -171,7 +171,9 @@ def test_jax_alone_gives_up_on_a_pod_0_that_resolves_after_a_minute(monkeypatch)
     monkeypatch.setattr(k8s_cluster.K8sCluster, "_job", classmethod(lambda c: job))
     monkeypatch.setattr(k8s_cluster.K8sCluster, "_pod", classmethod(lambda c: None))
     with pytest.raises(RuntimeError, match="Retry failed"):
-        k8s_cluster.K8sCluster.get_coordinator_address(timeout_secs=300, override_coordinator_port=None)
+        k8s_cluster.K8sCluster.get_coordinator_address(
+            timeout_secs=300, override_coordinator_port=None
+        )
     assert clock.now < 60  # gave up within a minute, with 300 s to go
 
 
@@ -195,4 +197,4 @@ def test_the_pods_wait_and_the_jobs_deadline_share_one_join_budget():
     pod = kubernetes.manifests(kubernetes.parser().parse_args(argv))[-1]
     container = pod["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
     env = {v["name"]: v.get("value") for v in container["containers"][0]["env"]}
-    assert env["DEW_INIT_TIMEOUT_S"] == str(kubernetes.JOIN_S) == str(distributed.INIT_TIMEOUT_S)
+    assert env["DEW_INIT_TIMEOUT_S"] == str(k8s_run.JOIN_S) == str(distributed.INIT_TIMEOUT_S)
