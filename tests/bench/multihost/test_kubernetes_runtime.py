@@ -16,7 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from jax._src.clusters import k8s_cluster
+from jax._src import clusters
+from jax._src.clusters import cloud_tpu_cluster, k8s_cluster
 
 from dew.bench.multihost import k8s_run, kubernetes
 from dew.bench.multihost.launch import free_port
@@ -198,3 +199,36 @@ def test_the_pods_wait_and_the_jobs_deadline_share_one_join_budget():
     container = pod["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
     env = {v["name"]: v.get("value") for v in container["containers"][0]["env"]}
     assert env["DEW_INIT_TIMEOUT_S"] == str(k8s_run.JOIN_S) == str(distributed.INIT_TIMEOUT_S)
+
+
+def test_a_tpu_slices_pods_are_left_to_jaxs_gke_tpu_detection(monkeypatch):
+    """With what GKE puts in the pods of a 2-host slice, dew leaves the join to JAX's
+    GkeTpuCluster, which finds the coordinator on the port the Service publishes."""
+    argv = ["--hosts", "2", "--devices-per-host", "4", "--image", IMAGE]
+    argv += ["--accelerator", "tpu-v5-lite-podslice", "--topology", "2x4"]
+    objects = {m["kind"]: m for m in kubernetes.manifests(kubernetes.parser().parse_args(argv))}
+    container = objects["JobSet"]["spec"]["replicatedJobs"][0]["template"]["spec"]
+    env = {v["name"]: v["value"] for v in container["template"]["spec"]["containers"][0]["env"]
+           if "value" in v}  # fmt: skip
+    hosts = ",".join(f"{kubernetes.pod_hostname('dew-step', i)}.dew-step" for i in range(2))
+    gke = {"TPU_WORKER_HOSTNAMES": hosts, "TPU_WORKER_ID": "1"}  # GKE's TPU webhook's
+    found = distributed.detect({**env, **gke})
+    assert found is not None and found.method == "gke-tpu"
+    assert distributed.JAX_DETECTION[found.method] == cloud_tpu_cluster.GkeTpuCluster.name
+    for name in list(os.environ):
+        if name.startswith(CLUSTER_VARIABLES):
+            monkeypatch.delenv(name)
+    for name, value in {**env, **gke}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(cloud_tpu_cluster, "running_in_cloud_tpu_vm", True)  # no TPU here
+    monkeypatch.setattr(cloud_tpu_cluster.socket, "gethostbyname", lambda host: "10.8.0.10")
+    # The node's metadata server, asked for multislice settings: one slice has none.
+    monkeypatch.setattr(cloud_tpu_cluster, "get_metadata", lambda key: ("", 404))
+    address, count, process, _ = clusters.ClusterEnv.auto_detect_unset_distributed_params(
+        None, None, None, None, "gketpu", found.init_timeout_s
+    )
+    port = objects["Service"]["spec"]["ports"][0]["port"]
+    assert address == f"{kubernetes.pod_hostname('dew-step', 0)}.dew-step:{port}"
+    assert (count, process) == (2, 1)
+    one_host = {**env, "TPU_WORKER_HOSTNAMES": "localhost", "TPU_WORKER_ID": "0"}
+    assert distributed.detect(one_host) is None  # one host of 8 chips: nothing to join
