@@ -91,7 +91,8 @@ import kubernetes
 from dew.train import distributed
 cluster = distributed.initialize()
 import jax
-print(json.dumps([kubernetes.__version__, cluster.method, jax.process_count(), jax.process_index()]))
+found = [kubernetes.__version__, cluster.method, jax.process_count(), jax.process_index()]
+print(json.dumps(found))
 """
 
 

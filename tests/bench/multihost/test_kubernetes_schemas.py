@@ -171,7 +171,7 @@ BROKEN = {
     ),
     "host ports": lambda p: p["containers"][0]["ports"][0].update(hostPort=55527),
     "hostPath": lambda p: p["volumes"].append({"name": "h", "hostPath": {"path": "/"}}),
-    "volume types": lambda p: p["volumes"].append({"name": "n", "nfs": {"server": "x", "path": "/"}}),
+    "volume types": lambda p: p["volumes"].append({"name": "n", "nfs": {"path": "/"}}),
     "privilege escalation": lambda p: p["containers"][0]["securityContext"].pop(
         "allowPrivilegeEscalation"
     ),
@@ -180,7 +180,7 @@ BROKEN = {
     "seccomp": lambda p: p["securityContext"].pop("seccompProfile"),
     "does not drop ALL": lambda p: p["containers"][0]["securityContext"].pop("capabilities"),
     "SELinux": lambda p: p["securityContext"].update(seLinuxOptions={"type": "spc_t"}),
-    "sysctls": lambda p: p["securityContext"].update(sysctls=[{"name": "kernel.msgmax", "value": "1"}]),
+    "sysctls": lambda p: p["securityContext"].update(sysctls=[{"name": "kernel.msgmax"}]),
 }  # fmt: skip
 
 
