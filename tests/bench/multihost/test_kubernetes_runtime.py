@@ -232,4 +232,12 @@ def test_a_tpu_slices_pods_are_left_to_jaxs_gke_tpu_detection(monkeypatch):
     assert address == f"{kubernetes.pod_hostname('dew-step', 0)}.dew-step:{port}"
     assert (count, process) == (2, 1)
     one_host = {**env, "TPU_WORKER_HOSTNAMES": "localhost", "TPU_WORKER_ID": "0"}
-    assert distributed.detect(one_host) is None  # one host of 8 chips: nothing to join
+    assert distributed.detect(one_host) is None  # GKE's list of one host: nothing to join
+    argv[1], argv[3] = "1", "8"  # the slice as one host of 8 chips: one process, said so
+    objects = {m["kind"]: m for m in kubernetes.manifests(kubernetes.parser().parse_args(argv))}
+    container = objects["JobSet"]["spec"]["replicatedJobs"][0]["template"]["spec"]
+    env = {v["name"]: v["value"] for v in container["template"]["spec"]["containers"][0]["env"]
+           if "value" in v}  # fmt: skip
+    assert env["DEW_NUM_PROCESSES"] == "1" and "DEW_CLUSTER" not in env
+    monkeypatch.setattr(distributed, "_has_kubernetes_client", lambda: True)  # as in such images
+    assert distributed.detect({**env, "KUBERNETES_SERVICE_HOST": "10.96.0.1"}) is None

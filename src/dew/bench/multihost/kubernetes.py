@@ -390,8 +390,9 @@ def environment(args: argparse.Namespace) -> list[dict]:
         "DEW_HEARTBEAT_TIMEOUT_S": str(HEARTBEAT_TIMEOUT_S),
     }
     if chosen.tpu:  # a slice's pods join through JAX's GKE TPU detection; one host alone
-        if args.hosts > 1:
-            values["DEW_CLUSTER"] = "gke-tpu"
+        # (said outright: an image with the kubernetes package would try JAX's Kubernetes
+        # detection, which needs the token these pods do not mount)
+        values |= {"DEW_CLUSTER": "gke-tpu"} if args.hosts > 1 else {"DEW_NUM_PROCESSES": "1"}
     elif detection(args) == "jax":  # a pod that cannot detect the cluster stops in one line
         values["DEW_CLUSTER"] = "kubernetes"
     else:
