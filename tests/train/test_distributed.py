@@ -88,7 +88,7 @@ def test_dew_variables_win_over_jax_variables():
             "DEW_HEARTBEAT_TIMEOUT_S": "15",
         }
     )
-    assert cluster == distributed.Cluster("env", "10.0.0.1:1234", 4, 3, 300, 15)
+    assert cluster == distributed.Cluster("env", "10.0.0.1:1234", 4, 3, 300, 15, "10.0.0.1")
 
 
 def test_slurm_step_of_several_tasks_is_left_to_jax_detection():
@@ -113,6 +113,9 @@ def test_slurm_step_of_several_tasks_is_left_to_jax_detection():
         ({"DEW_HEARTBEAT_TIMEOUT_S": "0"}, "DEW_HEARTBEAT_TIMEOUT_S='0'"),
         # dew's manifests expect JAX's Kubernetes detection: outside a pod it cannot work
         ({"DEW_CLUSTER": "kubernetes"}, "DEW_CLUSTER=kubernetes, but"),
+        # dew's TPU manifests expect GKE's variables: outside a TPU slice's pod there are none
+        ({"DEW_CLUSTER": "gke-tpu", "TPU_WORKER_ID": "0"}, "DEW_CLUSTER=gke-tpu, but TPU_WORKER"),
+        ({"DEW_CLUSTER": "gke-tpu", "TPU_WORKER_HOSTNAMES": "a,b"}, "DEW_CLUSTER=gke-tpu, but"),
     ],
 )
 def test_contradicting_settings_name_the_variable(environ, message):

@@ -9,14 +9,24 @@ Where the coordinator, the process count and this process's id come from, first 
   JAX_PROCESS_ID (a Kubernetes indexed Job sets these from the completion index);
 - a SLURM step with more than one task (SLURM_NTASKS > 1): JAX's SLURM detection reads the
   node list, task count and task id itself;
+- a pod of a multi-host TPU slice on GKE (DEW_CLUSTER=gke-tpu, which
+  dew.bench.multihost.kubernetes sets): JAX's GKE TPU detection reads TPU_WORKER_HOSTNAMES
+  and TPU_WORKER_ID, which GKE puts in the pod;
 - a Kubernetes pod where JAX's own detection works (the `kubernetes` package is installed);
   DEW_CLUSTER=kubernetes (dew.bench.multihost.kubernetes sets it) makes a pod where it
   cannot a one-line error rather than a process alone.
 
+JAX is told which of its detections to use (`cluster_detection_method`): left to itself
+it tries each in turn, and its Kubernetes one reads the pod's service-account token, which
+a pod given the variables (dew's --detection env) has none of: "Service token file does
+not exist" before the runtime forms.
+
 On CPU the cross-process collectives need gloo, which must be chosen before the backend
 starts. A dead peer must not hang the others: the runtime's heartbeat timeout
 (DEW_HEARTBEAT_TIMEOUT_S, default 30) makes every other process stop, and the initial
-connection gives up after DEW_INIT_TIMEOUT_S (default 300). Before the runtime's own
+join gives up after DEW_INIT_TIMEOUT_S (default 300): first waiting for the coordinator's
+name to resolve (a pod 0 still being scheduled has none yet; JAX's own Kubernetes detection
+gives up after about a minute), then for the first connection. Before the runtime's own
 reaction (a fatal abort: a multi-line log and a stack dump), a PeerWatch stops the
 process with one line on stderr ("dew: process 0 of 2 stops: process 1 stopped answering
 15 s ago") and EXIT_PEER_LOST: under SLURM or Kubernetes that line is what a user reads.
@@ -27,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import socket
 import sys
 import threading
 import time
@@ -37,6 +48,10 @@ HEARTBEAT_TIMEOUT_S = 30
 SHUTDOWN_TIMEOUT_S = 30
 EXIT_PEER_LOST = 3  # a process stopped because the run lost a peer (or its coordinator)
 # (dew's name, JAX's name) for each setting; dew's wins where both are set.
+# JAX's cluster_detection_method for each of dew's methods: "deactivate" where dew gives
+# every setting; None (try each) for Kubernetes, whose detection JAX gives no name.
+JAX_DETECTION = {"env": "deactivate", "slurm": "slurm", "gke-tpu": "gketpu", "kubernetes": None}
+TPU_HOSTS = ("TPU_PROCESS_ADDRESSES", "TPU_WORKER_HOSTNAMES")  # what JAX's GkeTpuCluster reads
 VARIABLES = {
     "coordinator_address": ("DEW_COORDINATOR_ADDRESS", "JAX_COORDINATOR_ADDRESS"),
     "num_processes": ("DEW_NUM_PROCESSES", "JAX_NUM_PROCESSES"),
@@ -50,8 +65,9 @@ class DistributedSetupError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Cluster:
-    """How this process joins: `method` is "env", "slurm" or "kubernetes"; under the last
-    two JAX reads the coordinator, count and id itself (None here)."""
+    """How this process joins: `method` is "env", "slurm", "gke-tpu" or "kubernetes"; under
+    the last three JAX reads the coordinator, count and id itself (None here).
+    `coordinator_host`: the name to wait for before joining, where dew knows it."""
 
     method: str
     coordinator_address: str | None = None
@@ -59,6 +75,7 @@ class Cluster:
     process_id: int | None = None
     init_timeout_s: int = INIT_TIMEOUT_S
     heartbeat_timeout_s: int = HEARTBEAT_TIMEOUT_S
+    coordinator_host: str | None = None
 
 
 def _first(environ: Mapping[str, str], names: tuple[str, ...]) -> tuple[str, str] | None:
@@ -111,11 +128,17 @@ def detect(environ: Mapping[str, str] | None = None) -> Cluster | None:
             raise DistributedSetupError(
                 f"{found['coordinator_address'][0]}={address!r} needs a port (host:port)"
             )
-        return Cluster("env", address, count, int(id_text), **timeouts)
+        host = address.rsplit(":", 1)[0]
+        return Cluster("env", address, count, int(id_text), **timeouts, coordinator_host=host)
     if environ.get("SLURM_JOB_ID") and _slurm_tasks(environ) > 1:
         return Cluster("slurm", **timeouts)
+    if environ.get("DEW_CLUSTER", "").strip() == "gke-tpu":
+        return _gke_tpu(environ, timeouts)
     if environ.get("KUBERNETES_SERVICE_HOST") and _has_kubernetes_client():
-        return Cluster("kubernetes", **timeouts)
+        job, jobset = environ.get("DEW_JOB_NAME", ""), environ.get("DEW_JOBSET_NAME", "")
+        # Where JAX's detection puts the coordinator in a JobSet: pod 0 of the Job.
+        host = f"{job}-0.{jobset}" if job and jobset else None
+        return Cluster("kubernetes", **timeouts, coordinator_host=host)
     if environ.get("DEW_CLUSTER", "").strip() == "kubernetes":
         # dew's manifests (--detection jax) say the pod must join: never run it alone
         raise DistributedSetupError(
@@ -125,6 +148,21 @@ def detect(environ: Mapping[str, str] | None = None) -> Cluster | None:
             "--detection env"
         )
     return None
+
+
+def _gke_tpu(environ: Mapping[str, str], timeouts: dict) -> Cluster | None:
+    """A pod of a TPU slice on GKE: one host runs alone, more join through JAX's detection."""
+    found = _first(environ, TPU_HOSTS)
+    if found is None or not environ.get("TPU_WORKER_ID", "").strip():
+        raise DistributedSetupError(
+            "DEW_CLUSTER=gke-tpu, but TPU_WORKER_HOSTNAMES and TPU_WORKER_ID are not set: GKE "
+            "sets them in the pods of a TPU slice node pool (cloud.google.com/gke-tpu-* node "
+            "selectors, google.com/tpu requested); run the manifests on one"
+        )
+    hosts = [name for name in found[1].split(",") if name.strip()]
+    if len(hosts) == 1:
+        return None
+    return Cluster("gke-tpu", **timeouts)
 
 
 def _slurm_tasks(environ: Mapping[str, str]) -> int:
@@ -152,16 +190,41 @@ def initialize(environ: Mapping[str, str] | None = None) -> Cluster | None:
     # Cross-process collectives on CPU; the setting only concerns the CPU client. Under
     # SLURM and Kubernetes the unset arguments are JAX's own auto-detection.
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    deadline = time.monotonic() + cluster.init_timeout_s  # one budget for the whole join
+    if cluster.coordinator_host:
+        wait_for_name(cluster.coordinator_host, cluster.init_timeout_s)
     jax.distributed.initialize(
         coordinator_address=cluster.coordinator_address,
         num_processes=cluster.num_processes,
         process_id=cluster.process_id,
-        initialization_timeout=cluster.init_timeout_s,
+        cluster_detection_method=JAX_DETECTION[cluster.method],
+        initialization_timeout=max(1, round(deadline - time.monotonic())),
         heartbeat_timeout_seconds=cluster.heartbeat_timeout_s,
         shutdown_timeout_seconds=SHUTDOWN_TIMEOUT_S,
     )
     watch_peers(cluster)
     return cluster
+
+
+def wait_for_name(host: str, timeout_s: float, resolve=None) -> None:
+    """Return once `host` resolves; DistributedSetupError after `timeout_s`. A pod's name is
+    in DNS only once the pod is scheduled and has an address; until then it does not resolve."""
+    resolve = resolve or socket.gethostbyname
+    deadline = time.monotonic() + timeout_s
+    pause = 0.5
+    while True:
+        try:
+            resolve(host)
+            return
+        except OSError as error:  # socket.gaierror: not (yet) in DNS
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise DistributedSetupError(
+                    f"the coordinator's name {host} did not resolve within {timeout_s:g} s "
+                    f"({error}): is pod 0 scheduled? (DEW_INIT_TIMEOUT_S sets the wait)"
+                ) from None
+        time.sleep(min(pause, left))
+        pause = min(pause * 2, 5.0)
 
 
 class PeerWatch:

@@ -1,34 +1,25 @@
-"""The Kubernetes manifests of a multi-host run (dew.bench.multihost.kubernetes), checked
-offline: every object against Kubernetes' own schemas (kubernetes-validate, strict: an
-unknown field is an error), the JobSet against its v1alpha2 schema kept beside this file
-(jobset.x-k8s.io_v1alpha2.schema.json) with its Job template resolved in Kubernetes'
-definitions; the committed example is what the generator writes; bad input is one line."""
+"""The Kubernetes manifests of a multi-host run (dew.bench.multihost.kubernetes): what the
+generator writes, the committed examples are what it writes, the names and image it
+refuses (one line, exit 2). Their validation against Kubernetes' schemas, the JobSet's CRD
+and the restricted Pod Security level: test_kubernetes_schemas.py."""
 
-import copy
 import json
 import shlex
 import subprocess
 import sys
 from pathlib import Path
 
-import jsonschema
-import kubernetes_validate
 import pytest
-import referencing
 import yaml
-from kubernetes_validate import utils as k8s_schemas
 
-from dew.bench.multihost import kubernetes, yaml_text
+from dew.bench.multihost import k8s_run, kubernetes, yaml_text
 from dew.bench.runtime import protocol
 from dew.bench.sweep import settings
 
 REPO = Path(__file__).resolve().parents[3]
-JOBSET_SCHEMA = Path(__file__).with_name("jobset.x-k8s.io_v1alpha2.schema.json")
-EXAMPLE = REPO / "docs" / "multihost" / "jobset.yaml"
+EXAMPLES = [REPO / "docs" / "multihost" / name for name in ("jobset.yaml", "jobset-tpu.yaml")]
 IMAGE = "registry.example/dew@sha256:" + "0123456789abcdef" * 4
 TWO_BY_EIGHT = ["--hosts", "2", "--devices-per-host", "8", "--image", IMAGE]
-# The oldest Kubernetes JobSet's releases of 2026 support, and the newest schemas known.
-VERSIONS = ["1.29.0", "1.37.0"]
 
 
 def generate(argv: list[str]) -> list[dict]:
@@ -36,39 +27,13 @@ def generate(argv: list[str]) -> list[dict]:
     return [doc for doc in yaml.safe_load_all(kubernetes.manifests_text(args, argv)) if doc]
 
 
-def jobset_validator(version: str) -> jsonschema.Draft202012Validator:
-    """The JobSet schema with Kubernetes' definitions of `version` (ObjectMeta, the Job
-    template) as the resource its references name."""
-    definitions = k8s_schemas.schema_contents(
-        f"kubernetes-json-schema/v{version}-local-strict/_definitions.json", version
-    )
-    registry = referencing.Registry().with_resource(
-        definitions["$id"], referencing.Resource.from_contents(definitions)
-    )
-    return jsonschema.Draft202012Validator(json.loads(JOBSET_SCHEMA.read_text()), registry=registry)
-
-
-def problems(manifest: dict, version: str) -> list[str]:
-    """What is wrong with one object; [] when it validates."""
-    if manifest["kind"] == "JobSet":
-        errors = jobset_validator(version).iter_errors(manifest)
-        return [f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in errors]
-    try:
-        kubernetes_validate.validate(manifest, version, strict=True)
-    except kubernetes_validate.ValidationError as error:
-        return [f"{'.'.join(map(str, error.path))}: {error.message}"]
-    return []
-
-
-@pytest.mark.parametrize("version", VERSIONS)
 @pytest.mark.parametrize("detection", ["jax", "env"])
-def test_two_hosts_of_eight_gpus_validate(version, detection):
+def test_two_hosts_of_eight_gpus(detection):
+    """Their validation: test_kubernetes_schemas.py."""
     manifests = generate([*TWO_BY_EIGHT, "--detection", detection])
     kinds = [manifest["kind"] for manifest in manifests]
     rbac = ["Role", "RoleBinding"] if detection == "jax" else []
     assert kinds == ["ServiceAccount", *rbac, "Service", "JobSet"]
-    for manifest in manifests:
-        assert problems(manifest, version) == [], manifest["kind"]
     job = manifests[-1]["spec"]["replicatedJobs"][0]["template"]["spec"]
     assert (job["parallelism"], job["completions"], job["completionMode"]) == (2, 2, "Indexed")
     container = job["template"]["spec"]["containers"][0]
@@ -82,46 +47,28 @@ def test_two_hosts_of_eight_gpus_validate(version, detection):
     assert flags[flags.index("--json-out") + 1] == "/results/dew-step/step.json"
 
 
-def test_a_wrong_field_fails_validation():
-    """The schemas can fail: a misspelt JobSet field, a Job field of the wrong type and an
-    unknown field of a Service are each found."""
-    manifests = generate(TWO_BY_EIGHT)
-    jobset = copy.deepcopy(manifests[-1])
-    jobset["spec"]["network"]["enableDnsHostnames"] = jobset["spec"]["network"].pop(
-        "enableDNSHostnames"
-    )
-    assert any("enableDnsHostnames" in line for line in problems(jobset, VERSIONS[0]))
-    jobset = copy.deepcopy(manifests[-1])
-    jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["parallelism"] = "2"
-    assert any("parallelism" in line for line in problems(jobset, VERSIONS[0]))
-    jobset = copy.deepcopy(manifests[-1])
-    jobset["spec"]["failurePolicy"]["restartStrategy"] = "Sometimes"
-    assert any("restartStrategy" in line for line in problems(jobset, VERSIONS[0]))
-    service = copy.deepcopy(manifests[-2])
-    service["spec"]["headless"] = True
-    assert problems(service, VERSIONS[0]) != []
-
-
-def test_the_committed_example_is_what_the_generator_writes():
-    header = EXAMPLE.read_text().splitlines()[0]
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda path: path.name)
+def test_the_committed_example_is_what_the_generator_writes(example):
+    header = example.read_text().splitlines()[0]
     command = header.split("`nox -s k8s-manifests -- ", 1)[1].rstrip("`")
     argv = shlex.split(command)
     args = kubernetes.parser().parse_args(argv)
-    assert EXAMPLE.read_text() == kubernetes.manifests_text(args, argv)
-    assert argv[: len(TWO_BY_EIGHT) - 1] == TWO_BY_EIGHT[:-1]  # 2 hosts x 8 GPUs
+    assert example.read_text() == kubernetes.manifests_text(args, argv)
+    assert argv[:4] == (["--hosts", "2", "--devices-per-host", "8"] if example.name ==
+        "jobset.yaml" else ["--hosts", "2", "--devices-per-host", "4"])  # fmt: skip
 
 
 def test_the_deadline_counts_cases_repeats_and_the_join():
     cases = json.dumps([{"architecture": "simple_dit"}, {"architecture": "uvit"}])
     argv = [*TWO_BY_EIGHT, "--case-timeout", "100", "--", "--cases", cases, "--repeats", "3"]
     job = generate(argv)[-1]["spec"]["replicatedJobs"][0]["template"]["spec"]
-    assert job["activeDeadlineSeconds"] == kubernetes.JOIN_S + 2 * 3 * 100
+    assert job["activeDeadlineSeconds"] == k8s_run.JOIN_S + 2 * 3 * 100
     # The defaults are the tool's own per-case deadlines with one compile job.
     per_case = protocol.COMPILE_S + protocol.TIMED_S * 2  # 200 steps: twice the timing
     job = generate([*TWO_BY_EIGHT, "--", "--cases", cases, "--steps", "200"])[-1]
     spec = job["spec"]["replicatedJobs"][0]["template"]["spec"]
-    assert spec["activeDeadlineSeconds"] == kubernetes.JOIN_S + 2 * per_case
-    assert kubernetes.TIMED_STEPS == settings.TIMED_STEPS
+    assert spec["activeDeadlineSeconds"] == k8s_run.JOIN_S + 2 * per_case
+    assert k8s_run.TIMED_STEPS == settings.TIMED_STEPS
 
 
 @pytest.mark.parametrize(
@@ -138,12 +85,38 @@ def test_a_string_reads_back_as_itself(value):
     ("argv", "message"),
     [
         (["--hosts", "2", "--devices-per-host", "8", "--image", "r/dew:cuda13"], "names no digest"),
+        ([*TWO_BY_EIGHT[:-1], IMAGE + "0"], "exactly 64 lowercase hex characters (65 given)"),
+        ([*TWO_BY_EIGHT[:-1], IMAGE[:-1]], "exactly 64 lowercase hex characters (63 given)"),
+        ([*TWO_BY_EIGHT[:-1], IMAGE.replace("abc", "ABC")], "exactly 64 lowercase hex"),
+        ([*TWO_BY_EIGHT[:-1], IMAGE + " "], "has white space"),
+        ([*TWO_BY_EIGHT[:-1], " " + IMAGE], "has white space"),
+        ([*TWO_BY_EIGHT[:-1], "@sha256:" + "0" * 64], "is not an image reference"),
+        ([*TWO_BY_EIGHT[:-1], "Registry/Dew@sha256:" + "0" * 64], "is not an image reference"),
+        ([*TWO_BY_EIGHT[:-1], "r/dew:@sha256:" + "0" * 64], "is not an image reference"),
+        ([*TWO_BY_EIGHT[:-1], "x@sha256:" + "0" * 64 + "@sha256:" + "0" * 64], "not an image"),
         (["--hosts", "0", "--devices-per-host", "8", "--image", IMAGE], "--hosts 0"),
         (["--hosts", "two", "--devices-per-host", "8", "--image", IMAGE], "invalid int value"),
         (["--hosts", "2", "--devices-per-host", "0", "--image", IMAGE], "--devices-per-host 0"),
         (["--hosts", "2", "--devices-per-host", "8"], "required: --image"),
         ([*TWO_BY_EIGHT, "--name", "Dew_Step"], "not a DNS label"),
-        ([*TWO_BY_EIGHT, "--name", "d" * 55], "at most 63"),
+        ([*TWO_BY_EIGHT, "--name", "d" * 46], "d-workers-0-1-abcde (64 characters"),
+        ([*TWO_BY_EIGHT, "--name", "d" * 51], "give a --name of at most 45"),
+        ([*TWO_BY_EIGHT, "--name", "d" * 64], "not a DNS label"),
+        ([*TWO_BY_EIGHT, "--namespace", "Bench"], "--namespace 'Bench' is not a DNS label"),
+        ([*TWO_BY_EIGHT, "--run-as", "0:0"], "--run-as '0:0' is not UID:GID"),
+        ([*TWO_BY_EIGHT, "--run-as", "dew"], "--run-as 'dew' is not UID:GID"),
+        ([*TWO_BY_EIGHT, "--priority-class", "High Priority"], "--priority-class 'High"),
+        ([*TWO_BY_EIGHT, "--accelerator", "tpu-v9"], "argument --accelerator: invalid choice"),
+        ([*TWO_BY_EIGHT, "--topology", "2x4"], "--topology is a TPU slice's"),
+        ([*TWO_BY_EIGHT, "--accelerator", "tpu-v5-lite-podslice"], "no --topology: a tpu-v5"),
+        ([*TWO_BY_EIGHT, "--accelerator", "tpu-v5-lite-podslice", "--topology", "3x3"],
+         "--topology '3x3': a tpu-v5-lite-podslice slice on GKE is one of 1x1, 2x2, 2x4,"),
+        ([*TWO_BY_EIGHT, "--accelerator", "tpu-v5-lite-podslice", "--topology", "4x4"],
+         "give --hosts 4 --devices-per-host 4"),
+        ([*TWO_BY_EIGHT, "--accelerator", "tpu-v6e-slice", "--topology", "2x2"], "(4 chips)"),
+        (["--hosts", "1", "--devices-per-host", "8", "--image", IMAGE, "--accelerator",
+          "tpu-v5-lite-podslice", "--topology", "2x4", "--detection", "env"],
+         "--detection is for GPUs"),
         ([*TWO_BY_EIGHT, "--case-timeout", "nan"], "not a number of seconds"),
         ([*TWO_BY_EIGHT, "--detection", "slurm"], "invalid choice"),
         ([*TWO_BY_EIGHT, "--preset", "small"], "unrecognized arguments: --preset"),

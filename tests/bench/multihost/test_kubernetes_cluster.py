@@ -216,6 +216,7 @@ def test_jax_detects_the_jobset_with_the_roles_grants_only(in_pod, index):
     service = objects["Service"]
     host, port = address.rsplit(":", 1)
     assert host == f"{kubernetes.pod_hostname(cluster.name, 0)}.{service['metadata']['name']}"
+    assert found.coordinator_host == host  # the name dew waits for is the one JAX asks for
     assert int(port) == service["spec"]["ports"][0]["port"] == kubernetes.COORDINATOR_PORT
     assert (count, process, local) == (2, index, None)  # None: every GPU of the pod is its own
     granted = {

@@ -7,17 +7,23 @@ recipe takes (`nox -s k8s-manifests`, docs/multihost.md):
 One YAML stream, applied with `kubectl apply -f`: a ServiceAccount, the Role and
 RoleBinding JAX's Kubernetes detection needs (list pods, get jobs; nothing else), the
 headless Service the pods find each other through, and a JobSet of one indexed Job, one
-pod per host, each holding `--devices-per-host` GPUs (nvidia.com/gpu) and running
-`tools/benchmark_step.py` in the image. Process 0 writes the record to the results claim,
-`/results/<name>/step.json`. The image is taken by digest only: a tag can move between
-the pods' pulls, and a record names what ran. Nothing here resolves a tag (no registry is
-asked); a reference without a digest is refused.
+pod per host (pod anti-affinity on the node's hostname), each holding `--devices-per-host`
+GPUs (nvidia.com/gpu) or, with `--accelerator tpu-... --topology AxB`, the chips of one
+host of a GKE TPU slice (k8s_accelerator), and running `tools/benchmark_step.py` in the
+image. Process 0 writes the record to the results claim, `/results/<name>/step.json`.
+The pods pass a namespace that enforces the "restricted" Pod Security level: a numeric
+non-root user (`--run-as`, the image's `dew` user by default) and fsGroup, no privilege
+escalation, no capabilities, the runtime's default seccomp profile.
+The image is taken by digest only: a tag can move between the pods' pulls, and a record
+names what ran. Nothing here resolves a tag (no registry is asked); a reference without a
+digest is refused.
 
-`--detection jax` (default) leaves the coordinator, process count and id to JAX's own
+For GPUs, `--detection jax` (default) leaves the coordinator, process count and id to JAX's own
 Kubernetes detection (jax._src.clusters.k8s_cluster), which asks the API server for this
 pod and its Job; the image must hold the `kubernetes` package (`jax[k8s]`). `--detection
 env` sets JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and JAX_PROCESS_ID from the JobSet's
-names instead, needs no API access and so gets no Role.
+names instead, needs no API access and so gets no Role. On a TPU slice JAX's GKE TPU
+detection reads what GKE puts in the pods: no API access, no Role, no --detection.
 
 Standard library only: the noxfile calls `main` before any environment exists. Bad input
 is one line, exit 2.
@@ -26,9 +32,7 @@ is one line, exit 2.
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import re
 import shlex
 import sys
 from collections.abc import Sequence
@@ -37,25 +41,22 @@ from pathlib import Path
 from dew.bench.common.arguments import OneLineParser
 from dew.bench.common.errors import EXIT_OK, EXIT_USAGE, UsageError, WriteFailed, say
 from dew.bench.common.files import atomic_write, check_output_file
-from dew.bench.multihost import yaml_text
+from dew.bench.multihost import k8s_accelerator, k8s_names, yaml_text
+from dew.bench.multihost.k8s_accelerator import Accelerator
+from dew.bench.multihost.k8s_run import (
+    JOIN_S,
+    RESULTS_MOUNT,
+    record_path,
+    run_deadline,
+    tool_args,
+    value,
+)
 
 PROG = "k8s-manifests"
-# JAX's Kubernetes detection puts the coordinator on this port of pod 0 (K8sCluster.
-# _coordinator_port); --detection env uses it too, so both read the same.
-COORDINATOR_PORT = 55527
+COORDINATOR_PORT = k8s_accelerator.GPU_COORDINATOR_PORT
 REPLICATED_JOB = "workers"
-RESULTS_MOUNT = "/results"
-# The tool's own deadlines per case (dew.bench.sweep.settings.case_deadlines, one compile
-# job: a cluster's cases compile one at a time): 30 min to compile, 10 min per 100 steps
-# to time. In a cluster the cases run in the processes that joined, not in a child the
-# tool could kill, so the Job's activeDeadlineSeconds is what ends a hung run.
-COMPILE_S, TIMED_S, TIMED_STEPS = 1800.0, 600.0, 100
-JOIN_S = 300  # DEW_INIT_TIMEOUT_S's default: the first connection to the coordinator
 HEARTBEAT_TIMEOUT_S = 60  # DEW_HEARTBEAT_TIMEOUT_S, as the SLURM recipe sets it
-MAX_REPEATS = 15  # --max-repeats' default, the most rounds --repeats auto runs
-DIGEST = re.compile(r"@sha256:[0-9a-f]{64}")
-DNS_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")  # RFC 1035: Services, JobSets
-MAX_HOSTNAME = 63  # a pod's hostname <name>-workers-<job>-<index> is one DNS label
+RUN_AS = "10001:10001"  # the image's `dew` user and group (docker/Dockerfile)
 # Labels the JobSet controller and the Job controller put on every pod, read back through
 # the downward API into the variables dew.bench.record.capture names the pod by.
 JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
@@ -73,6 +74,11 @@ JAX_DETECTION_NEEDS = (
     "one line: give that one --detection env"
 )
 COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+# JobSet's exclusive placement: each Job alone in one topology domain (here a node pool,
+# so the hosts of a TPU slice are one slice's). Not used per node: it puts all of a Job's
+# pods in one domain, and one pod per node is the anti-affinity below.
+EXCLUSIVE_TOPOLOGY = "alpha.jobset.sigs.k8s.io/exclusive-topology"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 
 def parser() -> argparse.ArgumentParser:
@@ -82,8 +88,15 @@ def parser() -> argparse.ArgumentParser:
         hint="tools/benchmark_step.py flags go after a second --",
     )
     parse.add_argument("--hosts", type=int, required=True, help="pods, one per node (>= 1)")
-    parse.add_argument("--devices-per-host", type=int, required=True, help="GPUs per pod")
+    parse.add_argument(
+        "--devices-per-host", type=int, required=True, help="GPUs (or TPU chips) per pod"
+    )
     parse.add_argument("--image", required=True, help="the bench-gpu image, REF@sha256:DIGEST")
+    parse.add_argument(
+        "--accelerator", choices=k8s_accelerator.CHOICES, default=k8s_accelerator.GPU,
+        help="nvidia-gpu, or a GKE TPU (cloud.google.com/gke-tpu-accelerator) with --topology",
+    )  # fmt: skip
+    parse.add_argument("--topology", help="the TPU slice's, e.g. 2x4 (gke-tpu-topology)")
     parse.add_argument("--name", default="dew-step", help="the JobSet, Service and account")
     parse.add_argument("--namespace", default="default", help="where every object goes")
     parse.add_argument("--results-claim", default="dew-results", help="a ReadWriteMany PVC")
@@ -91,9 +104,14 @@ def parser() -> argparse.ArgumentParser:
         "--case-timeout", type=float, help="seconds per case (default: the tool's deadlines)"
     )
     parse.add_argument(
-        "--detection", choices=("jax", "env"), default="jax",
-        help="jax: JAX's Kubernetes detection (the image needs jax[k8s]); env: JAX_* variables",
+        "--detection", choices=("jax", "env"),
+        help="GPUs: jax (default): JAX's Kubernetes detection (the image needs jax[k8s]); "
+        "env: JAX_* variables, no API access",
     )  # fmt: skip
+    parse.add_argument(
+        "--run-as", default=RUN_AS, help="UID:GID the pods run as, non-root (also fsGroup)"
+    )
+    parse.add_argument("--priority-class", help="the pods' PriorityClass (default: none)")
     parse.add_argument("--out", type=Path, help="write here (default: stdout)")
     parse.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     parse.add_argument("tool_args", nargs="*", help="after --: tools/benchmark_step.py flags")
@@ -119,7 +137,7 @@ def _write(argv: list[str]) -> int:
             check_output_file(args.out, flag="--out", overwrite=args.overwrite)
             atomic_write(args.out, text)
             print(f"{PROG}: wrote {args.out}", file=sys.stderr)
-        if args.detection == "jax":
+        if detection(args) == "jax":
             print(f"{PROG}: {JAX_DETECTION_NEEDS}", file=sys.stderr)
     except UsageError as error:
         say(PROG, str(error))
@@ -160,95 +178,51 @@ def check(args: argparse.Namespace) -> None:
     if args.hosts < 1:
         raise UsageError(f"--hosts {args.hosts} is not a number of pods; give 1 or more")
     if args.devices_per_host < 1:
-        raise UsageError(f"--devices-per-host {args.devices_per_host}: give 1 or more GPUs")
-    if not DIGEST.search(args.image):
-        raise UsageError(
-            f"--image {args.image} names no digest: give REF@sha256:<64 hex> (after a push, "
-            "`podman image inspect --format '{{index .RepoDigests 0}}' TAG`); a tag can move "
-            "between the pods' pulls and is not resolved here"
-        )
-    for flag, value in (("--name", args.name), ("--namespace", args.namespace)):
-        if not DNS_LABEL.fullmatch(value) or len(value) > MAX_HOSTNAME:
-            raise UsageError(f"{flag} {value!r} is not a DNS label (a-z, 0-9, -; 63 at most)")
-    hostname = pod_hostname(args.name, args.hosts - 1)
-    if len(hostname) > MAX_HOSTNAME:
-        raise UsageError(
-            f"--name {args.name!r} makes pod hostnames like {hostname} ({len(hostname)} "
-            f"characters); a hostname is at most {MAX_HOSTNAME}: give a shorter --name"
-        )
-    if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", args.results_claim):
-        raise UsageError(f"--results-claim {args.results_claim!r} is not a claim name")
+        raise UsageError(f"--devices-per-host {args.devices_per_host}: give 1 or more")
+    accelerator(args)  # its refusal: a topology that does not fit, --topology for GPUs
+    if args.detection is not None and args.accelerator != k8s_accelerator.GPU:
+        raise UsageError("--detection is for GPUs: on a TPU slice JAX's GKE TPU detection joins")
+    k8s_names.check_image(args.image)
+    k8s_names.check_jobset_name(args.name, REPLICATED_JOB, args.hosts)
+    k8s_names.check_label("--namespace", args.namespace)
+    k8s_names.check_subdomain("--results-claim", args.results_claim)
+    if args.priority_class is not None:
+        k8s_names.check_subdomain("--priority-class", args.priority_class)
+    run_as(args)  # its refusal: root, or not numeric
     if args.case_timeout is not None and not 0 < args.case_timeout < math.inf:
         raise UsageError(f"--case-timeout {args.case_timeout:g} is not a number of seconds > 0")
-    if _value(args.tool_args, "--json-out") is not None:
+    if value(args.tool_args, "--json-out") is not None:
         raise UsageError(f"--json-out is the manifests': the record goes to {record_path(args)}")
     run_deadline(args)  # its refusal, before anything is written
+
+
+def accelerator(args: argparse.Namespace) -> Accelerator:
+    return k8s_accelerator.accelerator(
+        args.accelerator, args.topology, args.hosts, args.devices_per_host
+    )
+
+
+def detection(args: argparse.Namespace) -> str | None:
+    """How GPU pods join: "jax" (default) or "env"; None on a TPU slice (GKE's variables)."""
+    if args.accelerator != k8s_accelerator.GPU:
+        return None
+    return args.detection or "jax"
+
+
+def run_as(args: argparse.Namespace) -> tuple[int, int]:
+    """(uid, gid) of --run-as: numeric, so the kubelet can verify runAsNonRoot; not root."""
+    uid, _, gid = args.run_as.partition(":")
+    if not (uid.isdigit() and gid.isdigit()) or int(uid) == 0 or int(gid) == 0:
+        raise UsageError(
+            f"--run-as {args.run_as!r} is not UID:GID of a user other than root (default "
+            f"{RUN_AS}, the image's dew user)"
+        )
+    return int(uid), int(gid)
 
 
 def pod_hostname(name: str, index: int) -> str:
     """The hostname the JobSet gives the pod of this completion index (in Job 0)."""
     return f"{name}-{REPLICATED_JOB}-0-{index}"
-
-
-def record_path(args: argparse.Namespace) -> str:
-    return f"{RESULTS_MOUNT}/{args.name}/step.json"
-
-
-def devices(args: argparse.Namespace) -> int:
-    return args.hosts * args.devices_per_host
-
-
-def tool_args(args: argparse.Namespace) -> list[str]:
-    """The step tool's flags: the user's, else the GPU recipe's (simple_dit, 8 samples per
-    device, one fsdp axis over every device); a mesh over every device unless given."""
-    given = list(args.tool_args)
-    if not given:
-        case = {"architecture": "simple_dit", "batch": 8 * devices(args)}
-        given = ["--preset", "small", "--cases", json.dumps([case])]
-    if _value(given, "--mesh") is None:
-        given += ["--mesh", json.dumps({"fsdp": devices(args)})]
-    return [*given, "--json-out", record_path(args)]
-
-
-def _value(args: Sequence[str], name: str) -> str | None:
-    """The last value of `--name VALUE` or `--name=VALUE` (the one the tool keeps)."""
-    found = None
-    for index, arg in enumerate(args):
-        if arg == name:
-            found = args[index + 1] if index + 1 < len(args) else ""
-        elif arg.startswith(name + "="):
-            found = arg.split("=", 1)[1]
-    return found
-
-
-def run_deadline(args: argparse.Namespace) -> int:
-    """The Job's activeDeadlineSeconds: the time to join, then every case's deadline for
-    each of its repeats. Counting the cases needs them named (`--cases`, `--step`): the
-    presets are not readable with the standard library alone."""
-    flags = tool_args(args)
-    cases_json, step = _value(flags, "--cases"), _value(flags, "--step")
-    if cases_json is None and step is None:
-        raise UsageError(
-            "name the cases with --cases JSON (or --step): the run's deadline is the "
-            "per-case deadline times the cases, and a preset's cases are not counted here"
-        )
-    try:
-        cases = json.loads(cases_json) if cases_json is not None else []
-    except ValueError as error:
-        raise UsageError(f"--cases is not valid JSON: {error}") from None
-    if not isinstance(cases, list):
-        raise UsageError("--cases is not a JSON list of cases")
-    count = len(cases) + (step is not None)
-    repeats_text = _value(flags, "--repeats") or "1"
-    if repeats_text == "auto":
-        repeats_text = _value(flags, "--max-repeats") or str(MAX_REPEATS)
-    if not repeats_text.isdigit() or int(repeats_text) < 1:
-        raise UsageError(f"--repeats {repeats_text!r} is not a number of repeats")
-    steps_text = _value(flags, "--steps") or str(TIMED_STEPS)
-    if not steps_text.isdigit():
-        raise UsageError(f"--steps {steps_text!r} is not a number of steps")
-    per_case = args.case_timeout or COMPILE_S + TIMED_S * max(1.0, int(steps_text) / TIMED_STEPS)
-    return JOIN_S + math.ceil(per_case * count * int(repeats_text))
 
 
 # --- the objects -------------------------------------------------------------------------
@@ -257,7 +231,7 @@ def run_deadline(args: argparse.Namespace) -> int:
 def manifests(args: argparse.Namespace) -> list[dict]:
     """ServiceAccount, (Role, RoleBinding,) Service, JobSet: in the order they must exist."""
     objects = [service_account(args)]
-    if args.detection == "jax":
+    if detection(args) == "jax":
         objects += [role(args), role_binding(args)]
     return [*objects, headless_service(args), jobset(args)]
 
@@ -270,7 +244,7 @@ def _metadata(args: argparse.Namespace, name: str | None = None) -> dict:
 def service_account(args: argparse.Namespace) -> dict:
     account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _metadata(args)}
     # Without the API (env detection) no token is mounted at all.
-    return account | ({} if args.detection == "jax" else {"automountServiceAccountToken": False})
+    return account | ({} if detection(args) == "jax" else {"automountServiceAccountToken": False})
 
 
 def role(args: argparse.Namespace) -> dict:
@@ -311,7 +285,7 @@ def headless_service(args: argparse.Namespace) -> dict:
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
             "selector": {JOBSET_LABEL: args.name},
-            "ports": [{"name": "coordinator", "port": COORDINATOR_PORT}],
+            "ports": [{"name": "coordinator", "port": accelerator(args).coordinator_port}],
         },
     }
 
@@ -325,10 +299,13 @@ def jobset(args: argparse.Namespace) -> dict:
         "activeDeadlineSeconds": run_deadline(args),
         "template": {"spec": pod_spec(args)},
     }
+    metadata = _metadata(args)
+    if accelerator(args).tpu and args.hosts > 1:  # a slice's hosts are one node pool's
+        metadata["annotations"] = {EXCLUSIVE_TOPOLOGY: k8s_accelerator.NODE_POOL_LABEL}
     return {
         "apiVersion": "jobset.x-k8s.io/v1alpha2",
         "kind": "JobSet",
-        "metadata": _metadata(args),
+        "metadata": metadata,
         "spec": {
             "failurePolicy": {"maxRestarts": 0},
             "network": {
@@ -342,24 +319,48 @@ def jobset(args: argparse.Namespace) -> dict:
 
 
 def pod_spec(args: argparse.Namespace) -> dict:
-    gpus = {"nvidia.com/gpu": args.devices_per_host}
+    chosen = accelerator(args)
+    devices = {chosen.resource: chosen.count}
     container = {
         "name": "dew",
         "image": args.image,
         "command": ["python", "tools/benchmark_step.py"],
         "args": tool_args(args),
         "env": environment(args),
-        "ports": [{"name": "coordinator", "containerPort": COORDINATOR_PORT}],
-        "resources": {"requests": gpus, "limits": gpus},
+        "ports": [{"name": "coordinator", "containerPort": chosen.coordinator_port}],
+        "resources": {"requests": devices, "limits": devices},
+        # The "restricted" Pod Security level's container rules.
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+        },
         "volumeMounts": [
             {"name": "results", "mountPath": RESULTS_MOUNT},
             {"name": "shm", "mountPath": "/dev/shm"},
         ],
     }
-    return {
+    uid, gid = run_as(args)
+    spec = {
         "serviceAccountName": args.name,
-        "automountServiceAccountToken": args.detection == "jax",
+        "automountServiceAccountToken": detection(args) == "jax",
         "restartPolicy": "Never",
+        # Numeric, so the kubelet can check runAsNonRoot before the container starts; the
+        # results volume is given the group (where its driver supports fsGroup).
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": uid,
+            "runAsGroup": gid,
+            "fsGroup": gid,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "affinity": one_pod_per_node(args),
+        "tolerations": chosen.tolerations(),
+    }
+    if chosen.node_selector:
+        spec["nodeSelector"] = dict(chosen.node_selector)
+    if args.priority_class is not None:
+        spec["priorityClassName"] = args.priority_class
+    return spec | {
         "containers": [container],
         "volumes": [
             {"name": "results", "persistentVolumeClaim": {"claimName": args.results_claim}},
@@ -369,18 +370,37 @@ def pod_spec(args: argparse.Namespace) -> dict:
     }
 
 
+def one_pod_per_node(args: argparse.Namespace) -> dict:
+    """No two of this JobSet's pods on one node: each pod is one host of the run."""
+    term = {
+        "labelSelector": {"matchLabels": {JOBSET_LABEL: args.name}},
+        "topologyKey": HOSTNAME_LABEL,
+    }
+    return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+
+
 def environment(args: argparse.Namespace) -> list[dict]:
-    """The pod's variables: the platform, the watch's timeout, the facts the record names
-    the pod by and, with --detection env, the cluster JAX would otherwise detect."""
-    values = {"JAX_PLATFORMS": "cuda", "DEW_HEARTBEAT_TIMEOUT_S": str(HEARTBEAT_TIMEOUT_S)}
-    if args.detection == "jax":  # a pod that cannot detect the cluster stops in one line
+    """The pod's variables: the platform, the join's and the watch's timeouts, the facts
+    the record names the pod by and, with --detection env, the cluster JAX would otherwise
+    detect."""
+    chosen = accelerator(args)
+    values = {
+        "JAX_PLATFORMS": chosen.platform,
+        "DEW_INIT_TIMEOUT_S": str(JOIN_S),  # the join, pod 0's name included: the deadline's
+        "DEW_HEARTBEAT_TIMEOUT_S": str(HEARTBEAT_TIMEOUT_S),
+    }
+    if chosen.tpu:  # a slice's pods join through JAX's GKE TPU detection; one host alone
+        # (said outright: an image with the kubernetes package would try JAX's Kubernetes
+        # detection, which needs the token these pods do not mount)
+        values |= {"DEW_CLUSTER": "gke-tpu"} if args.hosts > 1 else {"DEW_NUM_PROCESSES": "1"}
+    elif detection(args) == "jax":  # a pod that cannot detect the cluster stops in one line
         values["DEW_CLUSTER"] = "kubernetes"
     else:
         coordinator = f"{pod_hostname(args.name, 0)}.{args.name}:{COORDINATOR_PORT}"
         values |= {"JAX_COORDINATOR_ADDRESS": coordinator, "JAX_NUM_PROCESSES": str(args.hosts)}
     env = [{"name": name, "value": value} for name, value in values.items()]
     fields = dict(POD_FIELDS)
-    if args.detection == "env":
+    if detection(args) == "env":
         fields["JAX_PROCESS_ID"] = COMPLETION_INDEX
     env += [
         {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
