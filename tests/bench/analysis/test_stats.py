@@ -334,10 +334,10 @@ def test_paired_rounds_find_a_constant_overhead():
     assert unpaired.high - unpaired.low > 5 * (result.high - result.low)
 
 
-def test_paired_rounds_without_a_spread_have_no_p():
+def test_one_paired_round_has_no_p_and_rounds_without_a_spread_are_exact():
     assert stats.paired([11.0], [10.0]).p_value is None
-    flat = stats.paired([11.0, 22.0], [10.0, 20.0])
-    assert flat.p_value is None and flat.ratio == pytest.approx(1.1) == flat.low == flat.high
+    flat = stats.paired([11.0, 22.0], [10.0, 20.0])  # issue 51: no NaN, no missing p
+    assert flat.p_value == 0.0 and flat.ratio == pytest.approx(1.1) == flat.low == flat.high
 
 
 # --- noise warnings -------------------------------------------------------------------------

@@ -27,12 +27,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import statistics
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
+import numpy as np
 import tyro
 
 from dew.bench.analysis import judge, programs, stats
@@ -127,26 +129,46 @@ def cases(records: dict[str, dict[int, list[BenchmarkRun]]]) -> list[Case]:
 
 
 def decide(found: list[Case], band: float, alpha: float) -> None:
-    """Pair the rounds, then the verdicts with the p-values corrected together."""
+    """Pair the rounds, then the verdicts of every case together through
+    dew.bench.analysis.judge.paired_arrays (the test the calibration simulates)."""
     for case in found:
         a, b = case.rows["A"], case.rows["B"]
         case.pairs = [(r, a[r].ms_per_step, b[r].ms_per_step) for r in sorted(a)
                       if _ok(a[r]) and _ok(b.get(r))]  # fmt: skip
-        if case.pairs:
-            case.result = stats.paired([p[2] for p in case.pairs], [p[1] for p in case.pairs])
-    tested = [case for case in found if case.result is not None]
-    for case, p in zip(tested, stats.holm([c.result.p_value for c in tested]), strict=True):
-        case.adjusted_p = p
-        result = case.result
+    tested = [case for case in found if case.pairs]
+    if tested:
+        logs = np.full((1, len(tested), max(len(c.pairs) for c in tested)), np.nan)
+        for k, case in enumerate(tested):
+            logs[0, k, : len(case.pairs)] = [math.log(b / a) for _, a, b in case.pairs]
+        out = judge.paired_arrays(logs, band=band / 100, alpha=alpha)
+    for k, case in enumerate(tested):
+        case.result = result = stats.Paired.of(out, k)
+        adjusted = float(out["p_holm"][0, k])
+        case.adjusted_p = None if math.isnan(adjusted) else adjusted
         if result.rounds < 2:
             case.why = f"{result.rounds} paired round: a verdict needs 2 or more"
             continue
         case.detect = result.detectable(tests=len(tested), band=band / 100, alpha=alpha)
-        case.verdict, case.why = stats.verdict(result.difference(), p, band=band / 100, alpha=alpha)
+        case.verdict = judge.WORDS[int(out["word"][0, k])]
+        case.why = _why(result, case.adjusted_p, band / 100, alpha) \
+            if case.verdict == "undecided" else None  # fmt: skip
     for case in found:
         if case.result is None:
             case.verdict, case.why = "no pair", "no round has an ok run on both sides"
         label_work(case)
+
+
+def _why(result: stats.Paired, adjusted_p: float | None, band: float, alpha: float) -> str:
+    """What an undecided case lacks: its interval against the band, or significance."""
+    floor, ceiling = stats.band_limits(band)
+    shown = f"{result.low:.3f}-{result.high:.3f}"
+    if result.low > ceiling or result.high < floor:
+        p = "n/a" if adjusted_p is None else f"{adjusted_p:.3g}"
+        return f"beyond the band but not significant (Holm p {p} >= {alpha:g})"
+    if floor <= result.ratio <= ceiling:
+        return (f"inside the band, but its {judge.EQUIVALENCE:.0%} interval is not (95%: "
+                f"{shown})")  # fmt: skip
+    return f"its interval {shown} reaches into the band"
 
 
 def label_work(case: Case) -> None:

@@ -205,7 +205,7 @@ def _compare(args: Args) -> int:
             if not folder.is_dir():
                 raise UsageError(f"--history {folder} is not a folder of records")
             kinds = history.fit(history.read(folder, exclude=(run_path, ref_path)))
-        model = noise.for_records(run, ref, kinds)
+        model = noise.for_records(run, ref, kinds, exclude=(run_path, ref_path))
         if args.run_noise is not None:
             pooled = model.pooled
             given = noise.Noise(pooled.process, pooled.process_df, 0.0, math.inf,

@@ -408,20 +408,20 @@ class Paired:
         return Detectable(var, self.rounds - 1.0, (self.rounds, math.inf), INTERLEAVED,
                           tests, band, alpha, paired=True)  # fmt: skip
 
+    @classmethod
+    def of(cls, out: dict, row: int, trial: int = 0) -> Paired:
+        """Row `row` of dew.bench.analysis.judge.paired_arrays's output (log scale)."""
+        rounds = int(out["rounds"][trial, row])
+        se = float(out["se"][trial, row]) if rounds > 1 else 0.0
+        p = float(out["p"][trial, row])
+        mean, low, high = (math.exp(float(out[key][trial, row])) for key in ("mean", "low", "high"))
+        return cls(mean, low, high, se, None if math.isnan(p) else p, rounds)
+
 
 def paired(a: Sequence[float], b: Sequence[float]) -> Paired:
-    """The geometric mean of the per-round ratios a/b, its 95% t-interval and p."""
-    logs = np.log(np.asarray(a, dtype=float) / np.asarray(b, dtype=float))
-    mean = float(logs.mean())
-    if logs.size < 2:
-        return Paired(math.exp(mean), math.exp(mean), math.exp(mean), 0.0, None, int(logs.size))
-    se = float(np.std(logs, ddof=1) / math.sqrt(logs.size))
-    if se == 0:
-        return Paired(math.exp(mean), math.exp(mean), math.exp(mean), 0.0, None, int(logs.size))
-    from scipy import stats as scipy_stats
+    """The geometric mean of the per-round ratios a/b, its 95% t-interval and p: one case
+    through dew.bench.analysis.judge.paired_arrays, the test `nox -s ab` runs."""
+    from dew.bench.analysis import judge
 
-    df = logs.size - 1
-    half = _t(0.5 + CONFIDENCE / 2, df) * se
-    p = float(2 * scipy_stats.t.sf(abs(mean) / se, df))
-    return Paired(math.exp(mean), math.exp(mean - half), math.exp(mean + half), se, p,
-                  int(logs.size))  # fmt: skip
+    logs = np.log(np.asarray(a, dtype=float) / np.asarray(b, dtype=float))
+    return Paired.of(judge.paired_arrays(logs[None, None, :], band=0.05, alpha=0.05), 0)
