@@ -5,13 +5,14 @@
 dew.host.ab_rounds (run_rounds) ran every case once per side per round, each in a fresh
 process, alternating which side went first, and left RUN/ab-plan.json and one record per
 run under RUN/rounds/. This pairs them: for each case and round, the ratio B / A of ms/step
-(below 1: B is faster); for each case the geometric mean of those ratios, its 95%
-t-interval and the p of a one-sample t-test on their logs (dew.bench.analysis.stats.paired:
-the two sides of a round share the host's hour, so the run level cancels and needs no
-estimate), the p-values corrected together by Holm-Bonferroni. The verdict
-(dew.bench.analysis.stats.verdict): `faster`/`slower` when the whole interval lies beyond
-the band (symmetric in log space) AND the Holm p < alpha; `same` when the whole interval
-lies inside the band; else `undecided`, saying why. Each case says what it could have
+(below 1: B is faster); then every case together through dew.bench.analysis.judge.paired_arrays,
+the function the calibration simulates: the geometric mean of the ratios, its 95%
+t-interval over rounds − 1 degrees of freedom and the p of a one-sample t-test on their
+logs (the two sides of a round share the host's hour, so the run level cancels and needs
+no estimate), the p-values corrected together by Holm-Bonferroni. The verdict:
+`faster`/`slower` when the whole interval lies beyond the band (symmetric in log space) AND
+the Holm p < alpha; `same` by compare's equivalence test (judge.EQUIVALENCE: the 90%
+interval inside the band); else `undecided`, saying why. Each case says what it could have
 detected (MDE, 80% power) from its rounds' spread. Unlike a signed-rank test, whose
 smallest p at 7 rounds (0.0156) Holm cannot bring under 0.05 for four or more cases, the t
 on the logs decides a whole preset's cases at the default rounds when the change is clear.

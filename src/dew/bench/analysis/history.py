@@ -18,10 +18,12 @@ on the logs of the repeat figures:
 - the **run level** σ_b: a row's own run-to-run part (the fit's residuals, less the
   processes' share).
 
-Method of moments, each estimate weighted by the degrees of freedom of its mean square
-(the records less one for the shift, the residuals' for the run level), pooled unclipped
-over the groups of a kind by their degrees of freedom and only then read as 0 when
-negative (clipping each first biases upward).
+Method of moments: the run level and the shift are each a mean square less another's share
+(the residuals' less the processes'; the records' effects less the residuals'), both pooled
+unclipped over the groups of a kind by the first's degrees of freedom (clipping each first
+biases upward), and only then read by dew.bench.analysis.judge.component: Satterthwaite's
+degrees of freedom for the difference, and a level estimated below its standard error read
+as that standard error (never as a known 0; `floored` in the table names them).
 Each row's own levels shrink toward its kind's (empirical Bayes, the kind's level worth
 PRIOR_DF degrees of freedom), never the larger of two noisy estimates. A kind with no
 history gets a stated weak prior (dew.bench.analysis.noise), never another kind's levels.

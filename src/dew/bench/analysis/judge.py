@@ -24,6 +24,12 @@ the two sides' mean logs.
 - **Outcome**: NOT REPRODUCED when the shift or some row is faster or slower (or a row that
   ran in the reference fails now); REPRODUCED when every comparable row is the same;
   INCONCLUSIVE otherwise, never a success.
+- **Paired rounds** (`paired_arrays`, `dew ab`): the same words and outcome from the per-round
+  log ratios, the run levels cancelled, with the same equivalence test.
+- **The levels' inputs** (`component`): a history's run level and shift are differences of
+  mean squares, with Satterthwaite's degrees of freedom, read at their standard error when
+  estimated at about nothing. `smallest_band`, `repeats_to_show` and `rounds_to_show` say
+  what two records, or interleaved rounds, can show.
 
 Everything is vectorized over a leading axis of trials, so the calibration's simulation
 (dew.bench.analysis.calibration.simulate) runs exactly the code compare runs
@@ -230,11 +236,12 @@ def paired_arrays(logs, *, band: float, alpha: float) -> dict[str, np.ndarray]:
     logs = logs.reshape((1,) * (3 - logs.ndim) + logs.shape)
     rounds = np.sum(~np.isnan(logs), axis=-1)
     limit = math.log1p(band)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mean = np.nanmean(np.where(rounds[..., None] > 0, logs, 0.0), axis=-1)
-        mean = np.where(rounds > 0, mean, np.nan)
-        var = np.where(rounds > 1, np.nanvar(logs, axis=-1, ddof=1) / np.maximum(rounds, 1),
-                       np.nan)  # fmt: skip
+    present = ~np.isnan(logs)
+    total = np.sum(np.where(present, logs, 0.0), axis=-1)
+    mean = np.where(rounds > 0, total / np.maximum(rounds, 1), np.nan)
+    squares = np.sum(np.where(present, (logs - mean[..., None]) ** 2, 0.0), axis=-1)
+    var = np.where(rounds > 1, squares / np.maximum(rounds - 1, 1) / np.maximum(rounds, 1),
+                   np.nan)  # fmt: skip
     df = np.maximum(rounds - 1, 1).astype(float)
     low, high, p = _test(mean, np.nan_to_num(var), df)
     tested = rounds > 1
@@ -248,6 +255,15 @@ def paired_arrays(logs, *, band: float, alpha: float) -> dict[str, np.ndarray]:
     outcome = np.where(changed, 1, np.where(np.all(word == SAME, axis=1), 0, 3))
     return {"mean": mean, "se": np.sqrt(var), "low": low, "high": high, "p": p,
             "p_holm": p_adjusted, "rounds": rounds, "word": word, "outcome": outcome}  # fmt: skip
+
+
+def paired(a, b):
+    """One case's paired rounds a/b (figures > 0) as stats.Paired: its geometric mean ratio,
+    95% t-interval and p, by paired_arrays."""
+    from dew.bench.analysis.stats import Paired
+
+    logs = np.log(np.asarray(a, dtype=float) / np.asarray(b, dtype=float))
+    return Paired.of(paired_arrays(logs[None, None, :], band=0.05, alpha=0.05), 0)
 
 
 # --- what two records can show -----------------------------------------------------------

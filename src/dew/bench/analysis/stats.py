@@ -25,8 +25,9 @@ warnings, never a second resampling of what the repeat figures already hold.
 - **Detectable effect** (`Detectable`): the smallest change the verdict rule calls with 80%
   power at the row's noise, and how many repeats a side a target needs; with the run level
   included it has a floor that no number of repeats goes below.
-- **Paired rounds** (`paired`): A and B interleaved, round by round: a one-sample t on the
-  logs of the per-round ratios (the run level cancels within a round).
+- **Paired rounds** (`Paired`): A and B interleaved, round by round: a one-sample t on the
+  logs of the per-round ratios (the run level cancels within a round), computed by
+  dew.bench.analysis.judge.paired_arrays.
 
 scipy is imported inside the functions that test: every case's process imports this module
 (through dew.bench.analysis.repeats) and would pay 0.66 s for nothing.
@@ -416,12 +417,3 @@ class Paired:
         p = float(out["p"][trial, row])
         mean, low, high = (math.exp(float(out[key][trial, row])) for key in ("mean", "low", "high"))
         return cls(mean, low, high, se, None if math.isnan(p) else p, rounds)
-
-
-def paired(a: Sequence[float], b: Sequence[float]) -> Paired:
-    """The geometric mean of the per-round ratios a/b, its 95% t-interval and p: one case
-    through dew.bench.analysis.judge.paired_arrays, the test `nox -s ab` runs."""
-    from dew.bench.analysis import judge
-
-    logs = np.log(np.asarray(a, dtype=float) / np.asarray(b, dtype=float))
-    return Paired.of(judge.paired_arrays(logs[None, None, :], band=0.05, alpha=0.05), 0)
