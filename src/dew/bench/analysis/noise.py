@@ -93,11 +93,18 @@ def model_for(kind: str | None, platform_name: str | None, table: dict) -> Noise
         return (value, df) if df > 0 else (default, PRIOR_PSEUDO_DF)
 
     shift = level(entry["shift"], entry["shift_df"], fallback.shift)
-    pooled = Noise(*level(entry["process"], entry["process_df"], fallback.process),
-                   *level(entry["run"], entry["run_df"], fallback.run), *shift, source)  # fmt: skip
+    run = level(entry["run"], entry["run_df"], fallback.run)
+    confounded = entry["run_df"] <= 0 < entry["shift_df"]
+    if confounded:
+        # Records of one row: the spread between them is run level and shift at once, fitted
+        # as the shift; the run level is taken at it too (never below it, never a prior).
+        run = shift
+        source += "; one row a record: the run level not told from the shift, taken at it"
+    pooled = Noise(*level(entry["process"], entry["process_df"], fallback.process), *run,
+                   *shift, source)  # fmt: skip
     rows = {
-        label: Noise(row["process"], pooled.process_df, row["run"], pooled.run_df, *shift,
-                     source)
+        label: Noise(row["process"], pooled.process_df, pooled.run if confounded else row["run"],
+                     pooled.run_df, *shift, source)
         for label, row in entry["rows"].items()
     }  # fmt: skip
     return NoiseModel(pooled, rows, source)
