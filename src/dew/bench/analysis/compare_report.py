@@ -1,12 +1,13 @@
 """A comparison's report (dew.bench.analysis.comparison): Markdown, aligned text or JSON.
 
-Text: the header (the records, the host's drift, the noise assumed and where it came from),
-the stack differences, one line per row (the figures, the timing's ratio with its 95%
-interval, the other ratios, the p after Holm, the detectable change and the repeats a side
-the target change would need, whether both sides ran the same compiled program, the
-verdict), the notes, and the verdict's line, which says plainly what the comparison could
-not have detected. JSON (`as_json`): one object with the same content for machines (the
-site, CI); its fields are listed in docs/reproducing.md.
+Text: the first line (`headline`: the outcome in plain words, or what these two records
+cannot show and what would), the header (the records, the host's drift, the noise assumed
+and where it came from), the stack differences, one line per row (the figures, the
+timing's ratio with its 95% interval, the other ratios, the p after Holm, the detectable
+change and the repeats a side the target change would need, whether both sides ran the
+same compiled program, the verdict), the notes, and the verdict's line, which says
+plainly what the comparison could not have detected. JSON (`as_json`): one object with the
+same content for machines (the site, CI); its fields are listed in docs/reproducing.md.
 """
 
 from __future__ import annotations
