@@ -12,7 +12,7 @@ A round's ratio divides by that round's plain loop: on a shared machine the spee
 CPU moves between minutes (on the 2-core machine the plain loop alone measured 500 to 900
 samples/s), so a ratio of figures taken far apart says little. Prints every round and, per
 worker count, the geometric mean of the rounds' ratios with its 95% t-interval and the p of
-a t-test on their logs against no difference (dew.bench.analysis.stats.paired).
+a t-test on their logs against no difference (dew.bench.analysis.judge.paired).
 """
 
 import dataclasses
@@ -23,7 +23,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from dew.bench.analysis import stats
+from dew.bench.analysis import judge, stats
 from dew.bench.common import cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -139,7 +139,7 @@ def rounds(args: Args, dataset: str) -> int:
             )
     for workers, values in figures.items():
         name = workers if isinstance(workers, str) else f"workers {workers}"
-        print(f"{name}: {verdict(stats.paired(values, plain_figures))}")
+        print(f"{name}: {verdict(judge.paired(values, plain_figures))}")
     return 0
 
 

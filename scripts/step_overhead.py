@@ -6,7 +6,7 @@ dispatch window, one block at the end) and the tightest loop that can be written
 (`compiled(state, batch)` back to back, one block at the end). They alternate for a
 number of rounds so that a slow spell of the host hits both. The verdict is the geometric
 mean of the rounds' own ratios (tool / bare of the same round), with its 95% t-interval and
-the p of a t-test on their logs (dew.bench.analysis.stats.paired): a round's two windows are
+the p of a t-test on their logs (dew.bench.analysis.judge.paired): a round's two windows are
 seconds apart, so a slow minute of a shared host moves both, where the fastest or the
 median of each side alone can come from different minutes.
 
@@ -28,7 +28,7 @@ from typing import Literal
 
 import numpy as np
 
-from dew.bench.analysis import stats
+from dew.bench.analysis import judge
 from dew.bench.common import cli
 from dew.bench.sweep import presets
 
@@ -124,7 +124,7 @@ def overhead(args: Args) -> int:
             file=sys.stderr,
         )
 
-    result = stats.paired(tool, bare)
+    result = judge.paired(tool, bare)
     for name, side in (("tool", tool), ("bare", bare)):
         print(f"{name} ms/step  fastest {min(side):.3f}  median {float(np.median(side)):.3f}")
     p_value = "n/a" if result.p_value is None else f"{result.p_value:.3g}"

@@ -192,21 +192,22 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
 def test_loader_records_compare_on_throughput():
     loader = read_run(PUBLISHED / "oxford-flowers-loader.json")
     slower = loader.model_copy(deep=True)
-    slower.rows[1].samples_per_s = loader.rows[1].samples_per_s / 2  # 8 workers: half as fast
+    slower.rows[1].samples_per_s = loader.rows[1].samples_per_s / 4  # 8 workers: 1/4 as fast
     cmp = comparison.compare(slower, loader)
     verdicts = [r.verdict for r in cmp.rows]
-    # The unchanged row is one draw a side (undecided); half the throughput is beyond the
-    # widest prediction interval the table allows.
+    # The unchanged row is one draw a side (undecided); a quarter of the throughput is
+    # beyond the widest prediction interval the table allows (no device kind: the CPU
+    # prior, this VM's own wide levels; half the throughput is not beyond it).
     assert verdicts == ["undecided", "slower"]
-    assert cmp.rows[1].change == pytest.approx(1.0)  # twice the time per sample
-    assert cmp.rows[1].difference.ratio == pytest.approx(2.0)  # ms per batch, run / ref
+    assert cmp.rows[1].change == pytest.approx(3.0)  # four times the time per sample
+    assert cmp.rows[1].difference.ratio == pytest.approx(4.0)  # ms per batch, run / ref
     assert cmp.rows[1].difference.low > 1.05
     assert not cmp.reproduced
     # The interval is shown in the throughput's own direction: inverted.
     from dew.bench.analysis import compare_report
 
     _, low, high = compare_report.shown_estimate(cmp.rows[1], cmp.rate)
-    assert low < 0.5 < high < 1 / 1.05
+    assert low < 0.25 < high < 1 / 1.05
 
 
 @pytest.mark.parametrize("flags", [["--alpha", "2"], ["--alpha", "0"], ["--band", "-5"]])
@@ -430,27 +431,32 @@ def compare_json(capsys, *argv: str) -> tuple[int, dict]:
 def test_json_is_one_object_with_each_rows_statistics(capsys):
     code, document = compare_json(capsys, str(OPT0), str(AA2_A))
     # -O0 is 42% slower over the whole run, but 4 committed A/A records (3 df of shift)
-    # cannot show it beyond this host's run-to-run shift: INCONCLUSIVE, never REPRODUCED.
-    assert code == 3 and document["outcome"] == "INCONCLUSIVE" and document["exit"] == 3
+    # cannot show that beyond this host's run-to-run shift; the decoder, slowed far less
+    # than the rest, is faster against the shift (the host's drift, which moves every row
+    # alike, no longer hides it: issue 51): NOT REPRODUCED, never REPRODUCED.
+    assert code == 1 and document["outcome"] == "NOT REPRODUCED" and document["exit"] == 1
     assert document["reproduced"] is False
     assert document["noise"]["source"].startswith("cpu: 4 records in 1 A/A groups")
     assert document["noise"]["shift"] > 0 and document["timing"] == "ms_per_step"
-    assert document["summary"].startswith("INCONCLUSIVE: 4 comparable rows: 4 undecided")
+    assert document["summary"].startswith("NOT REPRODUCED: 4 comparable rows: 1 faster, 3 "
+                                          "undecided")  # fmt: skip
     shift = document["shift"]
     assert shift["ratio"] == pytest.approx(1.42, abs=0.01) and shift["interval"][0] > 1.05
     assert shift["verdict"] == "undecided" and shift["p_holm"] > 0.05
     rows = {row["label"]: row for row in document["rows"]}
     assert list(rows) == ["uvit", "simple_dit", "causal_transformer", "causal_transformer (moe)"]
     for row in rows.values():
-        assert {"label", "ratio", "interval", "p_holm", "verdict", "reason", "mde"} <= set(row)
-        low, high = row["interval"]
+        assert {"label", "judged", "changes", "p_holm", "verdict", "reason", "mde"} <= set(row)
+        assert row["judged"] == "against_shift" and list(row["changes"])[0] == "against_shift"
+        low, high = row["changes"]["total"]["interval"]
         assert 0 < low < high and 0 <= row["p_holm"] <= 1 and row["mde"] > 0.05
         assert row["repeats"] == [5, 5] and row["one_process"] is None
         assert (row["reason"] is None) == (row["verdict"] != "undecided")
-        assert row["against_shift"][1] < row["against_shift"][0] < row["against_shift"][2]
-    uvit = rows["uvit"]
+        against = row["changes"]["against_shift"]
+        assert against["interval"][0] < against["ratio"] < against["interval"][1]
+    uvit = rows["uvit"]["changes"]
     # The judged ratio (of the repeats' geometric means), not the medians' (issue 40).
-    assert uvit["ratio"] != uvit["median_ratio"]
+    assert uvit["total"]["ratio"] != uvit["median_ratio"]
     assert uvit["median_ratio"] == pytest.approx(52.9916 / 29.5794)
 
 
@@ -470,9 +476,12 @@ def test_swapping_the_records_gives_reciprocal_ratios_and_mirrored_verdicts(caps
     assert len(ab["rows"]) == len(rows_ba) == 4
     for row in ab["rows"]:
         other = rows_ba[row["label"]]
-        assert row["ratio"] * other["ratio"] == pytest.approx(1, abs=1e-12)
-        assert row["interval"][0] * other["interval"][1] == pytest.approx(1, abs=1e-12)
-        assert row["interval"][1] * other["interval"][0] == pytest.approx(1, abs=1e-12)
+        assert row["judged"] == other["judged"]
+        for name in ("against_shift", "total"):
+            mine, theirs = row["changes"][name], other["changes"][name]
+            assert mine["ratio"] * theirs["ratio"] == pytest.approx(1, abs=1e-12)
+            assert mine["interval"][0] * theirs["interval"][1] == pytest.approx(1, abs=1e-12)
+            assert mine["interval"][1] * theirs["interval"][0] == pytest.approx(1, abs=1e-12)
         assert row["p_holm"] == pytest.approx(other["p_holm"], rel=1e-12)
         assert row["mde"] == pytest.approx(other["mde"], rel=1e-12)
         assert other["verdict"] == MIRROR.get(row["verdict"], row["verdict"])
@@ -518,7 +527,7 @@ def test_the_summarys_percentages_are_the_judged_ratios():
     line = compare_report.summary(cmp)
     changed = [r for r in cmp.counted if r.changed]
     assert changed, line
-    for r in changed:
-        assert f"{r.label} {r.verdict} ({r.difference.ratio - 1:+.1%})" in line, line
+    for r in changed:  # 4 rows: the change against the shift is the one judged
+        assert f"{r.label} {r.verdict} ({r.relative[0] - 1:+.1%} against the shift)" in line
     medians = {r.label: r.run.ms_per_step / r.reference.ms_per_step for r in changed}
-    assert any(f"{medians[r.label] - 1:+.1%}" != f"{r.difference.ratio - 1:+.1%}" for r in changed)
+    assert any(f"{medians[r.label] - 1:+.1%}" != f"{r.relative[0] - 1:+.1%}" for r in changed)

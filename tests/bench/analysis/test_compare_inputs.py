@@ -193,3 +193,29 @@ def test_same_gflop_is_the_one_tolerance():
     assert matching.same_gflop(292.9, 292.949)  # the published rounding
     assert not matching.same_gflop(292.9, 292.9 * (1 + 2 * matching.GFLOP_TOLERANCE))
     assert math.isclose(matching.GFLOP_TOLERANCE, 1e-3)
+
+
+@pytest.mark.parametrize(
+    ("where", "value"),
+    [("repeat", math.inf), ("repeat", 0.0), ("repeat", math.nan), ("row", math.inf),
+     ("row", 0.0)],
+)  # fmt: skip
+def test_a_timing_that_is_no_measurement_is_refused_naming_the_file_and_field(
+    records, capsys, where, value
+):
+    """inf, NaN or 0 ms: exit 2 with the file and the field, never a verdict's 0, 1 or 3
+    (inf passed the schema and ended in a ValueError, exit 1; a 0 ms repeat was dropped)."""
+    run, ref = records
+    data = json.loads(run.read_text())
+    row = next(r for r in data["rows"] if r.get("status") == "ok")
+    if where == "repeat":
+        row["repeats"] = [{"ms_per_step": row["ms_per_step"], "synced_ms": []},
+                          {"ms_per_step": value, "synced_ms": []}]  # fmt: skip
+        field = "repeats[1].ms_per_step"
+    else:
+        row["ms_per_step"] = value
+        field = ".ms_per_step"
+    run.write_text(json.dumps(data))  # json writes inf as Infinity, NaN as NaN
+    assert compare_command.main([str(run), str(ref)]) == 2
+    err = one_error_line(capsys)
+    assert f"RUN {run}" in err and field in err, err

@@ -48,9 +48,9 @@ def test_the_report_states_the_noise_it_assumed_and_what_it_could_not_detect(opt
     best = min(row.detect.mde for row in cmp.counted)
     assert cmp.detectable == worst and best < worst
     summary = compare_report.summary(cmp)
-    assert summary.startswith("INCONCLUSIVE: 4 comparable rows: 4 undecided")
+    assert summary.startswith("NOT REPRODUCED: 4 comparable rows: 1 faster, 3 undecided")
     assert (f"could not detect a change of less than {worst:.0%} in every row ({best:.0%} in "
-            "its best row). To detect 10%: ") in summary  # fmt: skip
+            "its best row)") in summary  # fmt: skip
     assert summary in text and "\nVerdict\n" in text  # text: no Markdown headings
     md = compare_report.comparison(cmp, run, ref, "md")
     assert "### Verdict" in md
@@ -64,9 +64,8 @@ def test_the_json_report_is_strict_json_for_rows_without_statistics(pinned_noise
     rows = {row["label"]: row for row in document["rows"]}
     absent = rows["unet"]  # a reference row the run does not have
     assert absent["verdict"] == "not in this run" and absent["run"] is None
-    assert (absent["interval"], absent["p_holm"], absent["mde"], absent["counts"]) == (
-        None, None, None, False,
-    )  # fmt: skip
+    assert (absent["judged"], absent["changes"]["total"], absent["p_holm"], absent["mde"],
+            absent["counts"]) == (None, None, None, None, False)  # fmt: skip
     dit = rows["simple_dit"]
     assert dit["one_process"] == "both" and dit["repeats"] == [1, 1]
     assert dit["repeats_for_target"] is None and dit["mde_floor"] > 0.10  # "never"

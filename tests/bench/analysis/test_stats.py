@@ -318,11 +318,18 @@ def test_repeats_for_a_target_is_the_fewest_that_reach_it_or_none_below_the_floo
 # --- paired rounds -------------------------------------------------------------------------
 
 
+def _paired(a, b) -> stats.Paired:
+    """One case's rounds through judge.paired_arrays, the test `dew ab` runs."""
+    from dew.bench.analysis import judge
+
+    return judge.paired(a, b)
+
+
 def test_paired_rounds_find_a_constant_overhead():
     rng = np.random.default_rng(5)
     bare = 10 * (1 + rng.normal(0, 0.05, 7))  # the host's hour moves both sides
     tool = bare * 1.10 * (1 + rng.normal(0, 0.005, 7))
-    result = stats.paired(tool, bare)
+    result = _paired(tool, bare)
     assert result.ratio == pytest.approx(1.10, abs=0.01) and result.rounds == 7
     assert result.low < 1.10 < result.high and result.p_value < 1e-6
     diff = result.difference()
@@ -334,10 +341,10 @@ def test_paired_rounds_find_a_constant_overhead():
     assert unpaired.high - unpaired.low > 5 * (result.high - result.low)
 
 
-def test_paired_rounds_without_a_spread_have_no_p():
-    assert stats.paired([11.0], [10.0]).p_value is None
-    flat = stats.paired([11.0, 22.0], [10.0, 20.0])
-    assert flat.p_value is None and flat.ratio == pytest.approx(1.1) == flat.low == flat.high
+def test_one_paired_round_has_no_p_and_rounds_without_a_spread_are_exact():
+    assert _paired([11.0], [10.0]).p_value is None
+    flat = _paired([11.0, 22.0], [10.0, 20.0])  # issue 51: no NaN, no missing p
+    assert flat.p_value == 0.0 and flat.ratio == pytest.approx(1.1) == flat.low == flat.high
 
 
 # --- noise warnings -------------------------------------------------------------------------

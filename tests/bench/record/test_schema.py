@@ -196,5 +196,5 @@ def test_validate_cli_reports_paths_and_exit_status(tmp_path, capsys):
     assert validate.main([str(good), str(bad)]) == 1  # an invalid record: 1
     assert validate.main([str(good), str(bad), str(broken)]) == 2  # not JSON: bad input, 2
     err = capsys.readouterr().err
-    assert f"{bad}: $.rows[0].p90_ms: Input should be greater than or equal to 0" in err
+    assert f"{bad}: $.rows[0].p90_ms: Input should be greater than 0" in err
     assert f"{validate.PROG}: error: {broken}: not JSON" in err

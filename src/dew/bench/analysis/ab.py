@@ -5,13 +5,14 @@
 dew.host.ab_rounds (run_rounds) ran every case once per side per round, each in a fresh
 process, alternating which side went first, and left RUN/ab-plan.json and one record per
 run under RUN/rounds/. This pairs them: for each case and round, the ratio B / A of ms/step
-(below 1: B is faster); for each case the geometric mean of those ratios, its 95%
-t-interval and the p of a one-sample t-test on their logs (dew.bench.analysis.stats.paired:
-the two sides of a round share the host's hour, so the run level cancels and needs no
-estimate), the p-values corrected together by Holm-Bonferroni. The verdict
-(dew.bench.analysis.stats.verdict): `faster`/`slower` when the whole interval lies beyond
-the band (symmetric in log space) AND the Holm p < alpha; `same` when the whole interval
-lies inside the band; else `undecided`, saying why. Each case says what it could have
+(below 1: B is faster); then every case together through dew.bench.analysis.judge.paired_arrays,
+the function the calibration simulates: the geometric mean of the ratios, its 95%
+t-interval over rounds − 1 degrees of freedom and the p of a one-sample t-test on their
+logs (the two sides of a round share the host's hour, so the run level cancels and needs
+no estimate), the p-values corrected together by Holm-Bonferroni. The verdict:
+`faster`/`slower` when the whole interval lies beyond the band (symmetric in log space) AND
+the Holm p < alpha; `same` by compare's equivalence test (judge.EQUIVALENCE: the 90%
+interval inside the band); else `undecided`, saying why. Each case says what it could have
 detected (MDE, 80% power) from its rounds' spread. Unlike a signed-rank test, whose
 smallest p at 7 rounds (0.0156) Holm cannot bring under 0.05 for four or more cases, the t
 on the logs decides a whole preset's cases at the default rounds when the change is clear.
@@ -27,12 +28,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import statistics
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
+import numpy as np
 import tyro
 
 from dew.bench.analysis import judge, programs, stats
@@ -127,26 +130,46 @@ def cases(records: dict[str, dict[int, list[BenchmarkRun]]]) -> list[Case]:
 
 
 def decide(found: list[Case], band: float, alpha: float) -> None:
-    """Pair the rounds, then the verdicts with the p-values corrected together."""
+    """Pair the rounds, then the verdicts of every case together through
+    dew.bench.analysis.judge.paired_arrays (the test the calibration simulates)."""
     for case in found:
         a, b = case.rows["A"], case.rows["B"]
         case.pairs = [(r, a[r].ms_per_step, b[r].ms_per_step) for r in sorted(a)
                       if _ok(a[r]) and _ok(b.get(r))]  # fmt: skip
-        if case.pairs:
-            case.result = stats.paired([p[2] for p in case.pairs], [p[1] for p in case.pairs])
-    tested = [case for case in found if case.result is not None]
-    for case, p in zip(tested, stats.holm([c.result.p_value for c in tested]), strict=True):
-        case.adjusted_p = p
-        result = case.result
+    tested = [case for case in found if case.pairs]
+    if tested:
+        logs = np.full((1, len(tested), max(len(c.pairs) for c in tested)), np.nan)
+        for k, case in enumerate(tested):
+            logs[0, k, : len(case.pairs)] = [math.log(b / a) for _, a, b in case.pairs]
+        out = judge.paired_arrays(logs, band=band / 100, alpha=alpha)
+    for k, case in enumerate(tested):
+        case.result = result = stats.Paired.of(out, k)
+        adjusted = float(out["p_holm"][0, k])
+        case.adjusted_p = None if math.isnan(adjusted) else adjusted
         if result.rounds < 2:
             case.why = f"{result.rounds} paired round: a verdict needs 2 or more"
             continue
         case.detect = result.detectable(tests=len(tested), band=band / 100, alpha=alpha)
-        case.verdict, case.why = stats.verdict(result.difference(), p, band=band / 100, alpha=alpha)
+        case.verdict = judge.WORDS[int(out["word"][0, k])]
+        case.why = _why(result, case.adjusted_p, band / 100, alpha) \
+            if case.verdict == "undecided" else None  # fmt: skip
     for case in found:
         if case.result is None:
             case.verdict, case.why = "no pair", "no round has an ok run on both sides"
         label_work(case)
+
+
+def _why(result: stats.Paired, adjusted_p: float | None, band: float, alpha: float) -> str:
+    """What an undecided case lacks: its interval against the band, or significance."""
+    floor, ceiling = stats.band_limits(band)
+    shown = f"{result.low:.3f}-{result.high:.3f}"
+    if result.low > ceiling or result.high < floor:
+        p = "n/a" if adjusted_p is None else f"{adjusted_p:.3g}"
+        return f"beyond the band but not significant (Holm p {p} >= {alpha:g})"
+    if floor <= result.ratio <= ceiling:
+        return (f"inside the band, but its {judge.EQUIVALENCE:.0%} interval is not (95%: "
+                f"{shown})")  # fmt: skip
+    return f"its interval {shown} reaches into the band"
 
 
 def label_work(case: Case) -> None:

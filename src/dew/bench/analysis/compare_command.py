@@ -4,7 +4,10 @@
 [--history DIR] [--target-mde 10] [--run-noise PCT] [--format md|text|json] [--plot PNG]
 [--overwrite] [--strict]`
 
-First the stack differences (packages, driver, device, env flags, commit, settings), then
+The first line says the outcome in plain words, and where the two records cannot show a row
+the same within the band however many repeats they had, the narrowest band they could show
+and the `dew ab` rounds that would show the one asked for (compare_report.headline). Then
+the stack differences (packages, driver, device, env flags, commit, settings), then
 the noise assumed (the device kind's process level, run level and whole-run shift, fitted
 from the records' own A/A history: dew.bench.analysis.history), the whole run's shift (the
 median of the rows' ratios) on its own line, then per row the ratios run / reference, the
@@ -205,7 +208,7 @@ def _compare(args: Args) -> int:
             if not folder.is_dir():
                 raise UsageError(f"--history {folder} is not a folder of records")
             kinds = history.fit(history.read(folder, exclude=(run_path, ref_path)))
-        model = noise.for_records(run, ref, kinds)
+        model = noise.for_records(run, ref, kinds, exclude=(run_path, ref_path))
         if args.run_noise is not None:
             pooled = model.pooled
             given = noise.Noise(pooled.process, pooled.process_df, 0.0, math.inf,

@@ -1,20 +1,22 @@
 """A comparison's report (dew.bench.analysis.comparison): Markdown, aligned text or JSON.
 
-Text: the header (the records, the host's drift, the noise assumed and where it came from),
-the stack differences, one line per row (the figures, the timing's ratio with its 95%
-interval, the other ratios, the p after Holm, the detectable change and the repeats a side
-the target change would need, whether both sides ran the same compiled program, the
-verdict), the notes, and the verdict's line, which says plainly what the comparison could
-not have detected. JSON (`as_json`): one object with the same content for machines (the
-site, CI); its fields are listed in docs/reproducing.md.
+Text: the first line (`headline`: the outcome in plain words, or what these two records
+cannot show and what would), the header (the records, the host's drift, the noise assumed
+and where it came from), the stack differences, one line per row (the figures, the
+timing's ratio with its 95% interval, the other ratios, the p after Holm, the detectable
+change and the repeats a side the target change would need, whether both sides ran the
+same compiled program, the verdict), the notes, and the verdict's line, which says
+plainly what the comparison could not have detected. JSON (`as_json`): one object with the
+same content for machines (the site, CI); its fields are listed in docs/reproducing.md.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-import statistics
 from typing import Any
 
+from dew.bench.analysis import judge
 from dew.bench.analysis.comparison import Comparison, RowComparison
 from dew.bench.analysis.judge import EXIT_CODES
 from dew.bench.analysis.tables import MISSING, describe, num, table
@@ -52,6 +54,35 @@ def shown_estimate(row: RowComparison, rate: bool) -> tuple[float, float, float]
     return diff.ratio, diff.low, diff.high
 
 
+def _directed(ratios: tuple[float, float, float], rate: bool) -> tuple[float, float, float]:
+    ratio, low, high = ratios
+    return (1 / ratio, 1 / high, 1 / low) if rate else (ratio, low, high)
+
+
+def changes(row: RowComparison, cmp: Comparison) -> dict[str, Any]:
+    """The row's three figures of change, the one its verdict judged first: `against_shift`
+    (its ratio over the whole run's shift, 3 rows or more), `total` (the ratio of the
+    repeats' geometric means) each with its 95% interval, and `median_ratio` (of the rows'
+    own figures, medians of their repeats); in the field's own direction."""
+    rate = cmp.rate
+    total = shown_estimate(row, rate)
+    whole = None if total is None else {"ratio": total[0], "interval": list(total[1:])}
+    if row.relative is None:
+        parts = {"total": whole, "against_shift": None}
+    else:
+        ratio, low, high = _directed(row.relative, rate)
+        parts = {"against_shift": {"ratio": ratio, "interval": [low, high]}, "total": whole}
+    return {**parts, "median_ratio": row.ratios.get(cmp.timing)}
+
+
+def _judged(row: RowComparison) -> tuple[float, float, float]:
+    """The change the verdict judged (time direction): against the shift, else the total."""
+    if row.relative is not None:
+        return row.relative
+    diff = row.difference
+    return diff.ratio, diff.low, diff.high
+
+
 def _percent(fraction: float | None) -> str:
     return MISSING if fraction is None else f"{fraction:.0%}"
 
@@ -86,6 +117,8 @@ def comparison(cmp: Comparison, run: BenchmarkRun, ref: BenchmarkRun, fmt: str =
     header_lines = [DESIGN, cmp.host_line, noise_line(cmp), shift_line(cmp)]
     out = [
         f"{'## ' if fmt == 'md' else ''}Comparison (noise band ±{cmp.band:g}%)",
+        "",
+        f"**{headline(cmp)}**" if fmt == "md" else headline(cmp),
         "",
         f"- run: {cmp.run_label} ({describe(run)})",
         f"- reference: {cmp.reference_label} ({describe(ref)})",
@@ -184,7 +217,11 @@ def summary(cmp: Comparison) -> str:
     if outside:
         line += "; " + "; ".join(
             f"{r.label} {r.verdict}"
-            + (f" ({r.difference.ratio - 1:+.1%})" if r.difference is not None else "")
+            + (
+                f" ({_judged(r)[0] - 1:+.1%}{' against the shift' if r.relative else ''})"
+                if r.difference is not None
+                else ""
+            )  # fmt: skip
             for r in outside
         )
     if outcome == "REPRODUCED":
@@ -215,34 +252,84 @@ def _what_decides(cmp: Comparison) -> str:
         said += f"no number of repeats (the runs' levels alone keep it above {floor:.0%})"
     if all(n is not None for n in rounds):
         said += f", or {max(rounds)} interleaved rounds (nox -s ab: the run levels cancel)"
-    return said + "." + _what_shows_same(tested, cmp.band / 100)
+    return said + "." + _what_shows_same(cmp)
 
 
-MOST = 1000  # repeats or rounds searched for what would show the rows the same
+@dataclasses.dataclass(frozen=True)
+class Reach:
+    """What two records like these can show: the narrowest band any number of repeats
+    shows a row the same within (the run levels alone), and the repeats a side or the
+    interleaved rounds that would show the band asked for (None: none would)."""
+
+    smallest: float
+    repeats: int | None
+    rounds: int | None
 
 
-def _what_shows_same(tested: list[RowComparison], band: float) -> str:
-    """The repeats a side (two records) and the interleaved rounds after which a row with
-    no change would show its 90% interval inside the band: what REPRODUCED would take."""
-    from dew.bench.analysis.judge import EQUIVALENCE
+def reach(cmp: Comparison) -> Reach | None:
+    """The comparison's reach over its tested rows (the widest row decides); None when no
+    row was tested."""
+    tested = [r for r in cmp.counted if r.detect is not None and r.noise is not None]
+    if not tested:
+        return None
+    band = cmp.band / 100
+    smallest = max(judge.smallest_band(r.noise.run**2, r.noise.run_df, r.noise.shift**2,
+                                       r.noise.shift_df) for r in tested)  # fmt: skip
+    repeats = [judge.repeats_to_show(r.detect.var, r.noise.run**2, r.noise.run_df,
+                                     r.noise.shift**2, r.noise.shift_df, band)
+               for r in tested]  # fmt: skip
+    rounds = [judge.rounds_to_show(r.detect.var, band) for r in tested]
+    return Reach(smallest, None if None in repeats else max(repeats),
+                 None if None in rounds else max(rounds))  # fmt: skip
 
-    z = statistics.NormalDist().inv_cdf(0.5 + EQUIVALENCE / 2)
-    limit = math.log1p(band)
 
-    def fewest(fixed: float, var: float) -> int | None:
-        return next((n for n in range(2, MOST + 1) if z * math.sqrt(fixed + 2 * var / n) < limit),
-                    None)  # fmt: skip
+def headline(cmp: Comparison) -> str:
+    """The verdict's first line, in words one can act on without the statistics: what
+    happened, or why these two records cannot tell and what would."""
+    counted, band = cmp.counted, f"{cmp.band:g}%"
+    if not counted:
+        return "Nothing compared: no row of the run has a comparable reference row."
+    if cmp.outcome == judge.REPRODUCED:
+        return f"Reproduced: every row within ±{band} of the reference."
+    if cmp.outcome == judge.NOT_REPRODUCED:
+        changed = [f"{r.label} {r.verdict}" + (f" ({_judged(r)[0] - 1:+.0%}"
+                   f"{' against the rest' if r.relative else ''})" if r.difference else "")
+                   for r in counted if r.changed]  # fmt: skip
+        if cmp.shift is not None and cmp.shift.word in ("faster", "slower"):
+            changed.insert(0, f"the whole run {cmp.shift.ratio - 1:+.0%}")
+        return f"Not reproduced: {'; '.join(changed)}."
+    shown = reach(cmp)
+    if shown is not None and shown.smallest > cmp.band / 100:
+        rounds = ("no number of `dew ab` rounds would show it" if shown.rounds is None else
+                  f"Run `dew ab` with {shown.rounds} rounds to see ±{band}")  # fmt: skip
+        return (f"Can't tell: this host's noise hides changes under {shown.smallest:.0%}, "
+                f"more than the ±{band} asked for. {rounds}.")  # fmt: skip
+    undecided = len(cmp.undecided)
+    more = [] if shown is None else [
+        f"{shown.repeats} repeats a side" if shown.repeats else None,
+        f"`dew ab` with {shown.rounds} rounds" if shown.rounds else None]  # fmt: skip
+    more = [m for m in more if m]
+    return (
+        f"Can't tell yet: {undecided} of {len(counted)} rows neither shown within ±{band} "
+        "nor beyond it" + (f"; {' or '.join(more)} would decide." if more else ".")
+    )
 
-    repeats = [fewest(2 * (r.noise.run**2 + r.noise.shift**2), r.detect.var) for r in tested]
-    rounds = [fewest(0.0, r.detect.var) for r in tested]
-    said = f" To show every row the same within ±{band:.0%}: "
-    if all(n is not None for n in repeats):
-        said += f"{max(repeats)} repeats a side"
+
+def _what_shows_same(cmp: Comparison) -> str:
+    """The repeats a side and the interleaved rounds after which a row with no change would
+    show its 90% interval inside the band (what REPRODUCED would take), and the narrowest
+    band two records like these can show."""
+    shown = reach(cmp)
+    if shown is None:
+        return ""
+    said = f" To show every row the same within ±{cmp.band:g}%: "
+    if shown.repeats is not None:
+        said += f"{shown.repeats} repeats a side"
     else:
-        spread = max(z * math.sqrt(2 * (r.noise.run**2 + r.noise.shift**2)) for r in tested)
-        said += f"no number of repeats (the runs' levels alone span ±{math.expm1(spread):.0%})"
-    shown = "more than 1000" if None in rounds else str(max(rounds))
-    return said + f", or {shown} interleaved rounds."
+        said += (f"no number of repeats (two records like these show no band narrower than "
+                 f"±{shown.smallest:.0%}: their run levels alone)")  # fmt: skip
+    rounds = "more than 1000" if shown.rounds is None else str(shown.rounds)
+    return said + f", or {rounds} interleaved rounds."
 
 
 # --- JSON ---------------------------------------------------------------------------------
@@ -253,16 +340,13 @@ def _finite(value: float | None) -> float | None:
 
 
 def row_json(row: RowComparison, cmp: Comparison) -> dict[str, Any]:
-    estimate = shown_estimate(row, cmp.rate)
     diff, detect = row.difference, row.detect
     return {
         "label": row.label,
         "run": getattr(row.run, cmp.timing) if row.run else None,
         "reference": getattr(row.reference, cmp.timing) if row.reference else None,
-        "ratio": estimate[0] if estimate else row.ratios.get(cmp.timing),
-        "median_ratio": row.ratios.get(cmp.timing),
-        "against_shift": list(row.relative) if row.relative else None,
-        "interval": list(estimate[1:]) if estimate else None,
+        "judged": None if diff is None else "against_shift" if row.relative else "total",
+        "changes": changes(row, cmp),
         "repeats": list(diff.repeats) if diff else None,
         "p_holm": row.adjusted_p,
         "verdict": row.verdict,
@@ -294,6 +378,7 @@ def as_json(cmp: Comparison) -> dict[str, Any]:
         "outcome": cmp.outcome,
         "exit": EXIT_CODES[cmp.outcome],
         "reproduced": cmp.reproduced,
+        "headline": headline(cmp),
         "summary": summary(cmp),
         "design": "records",
         "detectable": cmp.detectable,

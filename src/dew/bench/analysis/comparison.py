@@ -259,7 +259,10 @@ def decide(
             # A change measured while other work ran says more about the host than the
             # stack (the seed: unet 54 ms/step under load against 16.4 idle).
             row.verdict, row.why = "undecided", f"{row.verdict} while {busy}"
-        if host is not None and row.verdict in ("faster", "slower"):
+        # The gate judges what the verdict judged: with a shift, a row's change against it,
+        # which the host's drift (the same on every row) has already left; the shift's own
+        # line is gated below. Without one, the row's whole change.
+        if host is not None and shift is None and row.verdict in ("faster", "slower"):
             diff = row.difference
             if not stats.beyond_drift(diff.low, diff.high, diff.ratio, host, band / 100):
                 row.verdict, row.why = "undecided", drift_why(host, diff, band / 100)

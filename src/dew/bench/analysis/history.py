@@ -18,10 +18,12 @@ on the logs of the repeat figures:
 - the **run level** σ_b: a row's own run-to-run part (the fit's residuals, less the
   processes' share).
 
-Method of moments, each estimate weighted by the degrees of freedom of its mean square
-(the records less one for the shift, the residuals' for the run level), pooled unclipped
-over the groups of a kind by their degrees of freedom and only then read as 0 when
-negative (clipping each first biases upward).
+Method of moments: the run level and the shift are each a mean square less another's share
+(the residuals' less the processes'; the records' effects less the residuals'), both pooled
+unclipped over the groups of a kind by the first's degrees of freedom (clipping each first
+biases upward), and only then read by dew.bench.analysis.judge.component: Satterthwaite's
+degrees of freedom for the difference, and a level estimated below its standard error read
+as that standard error (never as a known 0; `floored` in the table names them).
 Each row's own levels shrink toward its kind's (empirical Bayes, the kind's level worth
 PRIOR_DF degrees of freedom), never the larger of two noisy estimates. A kind with no
 history gets a stated weak prior (dew.bench.analysis.noise), never another kind's levels.
@@ -43,6 +45,7 @@ from typing import Annotated
 import numpy as np
 import tyro
 
+from dew.bench.analysis import judge
 from dew.bench.analysis.judge import PRIOR_DF
 from dew.bench.analysis.kinds import KINDS
 from dew.bench.common import cli, files
@@ -168,10 +171,40 @@ class Estimate:
 
 
 @dataclasses.dataclass
+class Component:
+    """A variance component as the difference of two mean squares, each pooled over the
+    groups by the first's degrees of freedom (judge.component reads the level)."""
+
+    plus: Estimate = dataclasses.field(default_factory=Estimate)
+    minus: float = 0.0  # pooled with the plus's weights
+    minus_df: float = 0.0  # the degrees of freedom behind the minus: its own, summed
+
+    def add(self, plus: float, plus_df: float, minus: float, minus_df: float) -> None:
+        if plus_df > 0 and math.isfinite(plus) and math.isfinite(minus):
+            weight = self.plus.df + plus_df
+            self.minus = (self.minus * self.plus.df + minus * plus_df) / weight
+            self.minus_df += minus_df
+            self.plus.add(plus, plus_df)
+
+    def level(self) -> tuple[float, float, float]:
+        """(variance, degrees of freedom, floor): Satterthwaite's, floored at its standard
+        error (judge.component)."""
+        if self.plus.df <= 0:
+            return 0.0, 0.0, 0.0
+        var, df, floor = judge.component(self.plus.var, self.plus.df, self.minus, self.minus_df)
+        return float(var), float(df), float(floor)
+
+    @property
+    def estimate(self) -> float:
+        """The unclipped difference (negative: the data put the level at nothing)."""
+        return self.plus.var - self.minus
+
+
+@dataclasses.dataclass
 class KindFit:
     process: Estimate = dataclasses.field(default_factory=Estimate)
-    run: Estimate = dataclasses.field(default_factory=Estimate)
-    shift: Estimate = dataclasses.field(default_factory=Estimate)
+    run: Component = dataclasses.field(default_factory=Component)
+    shift: Component = dataclasses.field(default_factory=Component)
     rows: dict[str, dict[str, Estimate]] = dataclasses.field(default_factory=dict)
     records: list[list[str]] = dataclasses.field(default_factory=list)
 
@@ -192,7 +225,7 @@ def fit_group(members: Sequence[tuple[str, dict]], fit: KindFit) -> None:
     labels = sorted({label for _, label in cells})
     for label in labels:
         fit.rows.setdefault(label, {"process": Estimate(), "run": Estimate()})
-    group = Estimate()
+    group = Estimate()  # this group's process level: the share its own processes explain
     for (_, label), logs in cells.items():
         if logs.size > 1:
             var = float(np.var(logs, ddof=1))
@@ -202,7 +235,7 @@ def fit_group(members: Sequence[tuple[str, dict]], fit: KindFit) -> None:
     records = sorted({r for r, _ in cells})
     if len(records) < 2:
         return
-    process = group.var  # this group's: the share its own processes explain
+    process = group.var
     means = {key: float(logs.mean()) for key, logs in cells.items()}
     inverse_n = {key: 1 / logs.size for key, logs in cells.items()}
     a = dict.fromkeys(records, 0.0)
@@ -223,7 +256,7 @@ def fit_group(members: Sequence[tuple[str, dict]], fit: KindFit) -> None:
     if df_e > 0:
         ms_e = sum(e * e for e in residual.values()) / df_e
         share = process * float(np.mean(list(inverse_n.values())))
-        fit.run.add(ms_e - share, df_e)
+        fit.run.add(ms_e, df_e, share, group.df)
         for lab in labels:
             mine = [key for key in residual if key[1] == lab]
             df_k = df_e * len(mine) / len(means)
@@ -232,11 +265,11 @@ def fit_group(members: Sequence[tuple[str, dict]], fit: KindFit) -> None:
             fit.rows[lab]["run"].add(ms_k - share_k, df_k)
         between = float(np.var(list(a.values()), ddof=1))
         within = ms_e * float(np.mean([1 / k for k in per_record]))
-        fit.shift.add(between - within, len(records) - 1)
+        fit.shift.add(between, len(records) - 1, within, df_e)
     else:  # one row: its records' spread is shift and run at once; counted as the shift
         between = float(np.var(list(a.values()), ddof=1)) if len(labels) == 1 else 0.0
         share = process * float(np.mean(list(inverse_n.values())))
-        fit.shift.add(between - share, len(records) - 1)
+        fit.shift.add(between, len(records) - 1, share, group.df)
     fit.records.append(sorted(members[r][0] for r in records))
 
 
@@ -258,19 +291,25 @@ def fit(records: Sequence[tuple[str, dict]]) -> dict:
     for kind, entry in sorted(kinds.items()):
         if not entry.records:
             continue
+        (run, run_df, run_floor), (shift, shift_df, _) = entry.run.level(), entry.shift.level()
         rows = {}
         for label, levels in sorted(entry.rows.items()):
             rows[label] = {
                 "process": _sd(shrink(levels["process"], entry.process)),
                 "process_df": round(levels["process"].df, 2),
-                "run": _sd(shrink(levels["run"], entry.run)),
+                # shrunk toward the kind's, never below the kind's floor: a row whose own
+                # estimate is negative is not known to have no run level either
+                "run": _sd(max(shrink(levels["run"], Estimate(run, run_df)), run_floor)),
                 "run_df": round(levels["run"].df, 2),
             }
+        floored = [name for name, part in (("run", entry.run), ("shift", entry.shift))
+                   if part.plus.df > 0 and part.level()[0] > part.estimate]  # fmt: skip
         table[kind] = {
             "platform": platforms[kind],
             "process": _sd(entry.process.var), "process_df": round(entry.process.df, 2),
-            "run": _sd(entry.run.var), "run_df": round(entry.run.df, 2),
-            "shift": _sd(entry.shift.var), "shift_df": round(entry.shift.df, 2),
+            "run": _sd(run), "run_df": round(run_df, 2),
+            "shift": _sd(shift), "shift_df": round(shift_df, 2),
+            "floored": floored,
             "records": sum(len(group) for group in entry.records),
             "groups": entry.records,
             "rows": rows,
@@ -298,14 +337,23 @@ def read_table(path: Path = TABLE) -> dict | None:
 
 
 def kinds_table(history: Path | None, exclude: Iterable[Path] = ()) -> dict:
-    """The fitted kinds: of `history` when given, else the cache (noise.json),
-    else of results/ itself."""
+    """The fitted kinds, less the records in `exclude` (those compared are never part of
+    their own noise): of `history` when given, else the cache (noise.json) when it holds
+    none of them, else of results/ itself."""
+    exclude = [Path(p) for p in exclude]
     if history is None:
         cached = read_table()
-        if cached is not None and "kinds" in cached:
+        if cached is not None and "kinds" in cached and not _holds(cached["kinds"], exclude):
             return cached["kinds"]
         history = HISTORY
     return fit(read(history, exclude))
+
+
+def _holds(kinds: dict, paths: Sequence[Path]) -> bool:
+    """Whether a fitted table's groups hold any of `paths` (by the file, however named)."""
+    mine = {p.resolve() for p in paths}
+    return any((REPO_ROOT / member).resolve() in mine for entry in kinds.values()
+               for group in entry.get("groups", ()) for member in group)  # fmt: skip
 
 
 # --- the command line -----------------------------------------------------------------------

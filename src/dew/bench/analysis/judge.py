@@ -24,6 +24,12 @@ the two sides' mean logs.
 - **Outcome**: NOT REPRODUCED when the shift or some row is faster or slower (or a row that
   ran in the reference fails now); REPRODUCED when every comparable row is the same;
   INCONCLUSIVE otherwise, never a success.
+- **Paired rounds** (`paired_arrays`, `dew ab`): the same words and outcome from the per-round
+  log ratios, the run levels cancelled, with the same equivalence test.
+- **The levels' inputs** (`component`): a history's run level and shift are differences of
+  mean squares, with Satterthwaite's degrees of freedom, read at their standard error when
+  estimated at about nothing. `smallest_band`, `repeats_to_show` and `rounds_to_show` say
+  what two records, or interleaved rounds, can show.
 
 Everything is vectorized over a leading axis of trials, so the calibration's simulation
 (dew.bench.analysis.calibration.simulate) runs exactly the code compare runs
@@ -75,6 +81,27 @@ def welch(*parts) -> tuple[np.ndarray, np.ndarray]:
     return total, df
 
 
+def component(plus, plus_df, minus, minus_df) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A variance component estimated as the difference of two mean squares, plus − minus
+    (each with its degrees of freedom; minus may be 0), and its Satterthwaite degrees of
+    freedom. The estimate's own sampling variance is 2·D, D = plus²/plus_df +
+    minus²/minus_df. An estimate below its standard error √(2D) (clipped at 0, or barely
+    above) is not known to be that small: it reads as √(2D) itself, worth D's 2 degrees of
+    freedom. The floor is the history's own: a quiet kind (a TPU's 0.3%) gets a small one,
+    never another kind's levels. Returns (variance, degrees of freedom, floor); mean squares
+    of exactly 0 give 0 over the plus's degrees of freedom."""
+    plus, plus_df, minus, minus_df = (np.asarray(x, dtype=float)
+                                      for x in (plus, plus_df, minus, minus_df))  # fmt: skip
+    with np.errstate(invalid="ignore", divide="ignore"):
+        spread = (np.where(plus_df > 0, plus**2 / plus_df, 0.0)
+                  + np.where((minus != 0) & (minus_df > 0), minus**2 / minus_df, 0.0))  # fmt: skip
+        floor = np.sqrt(2 * spread)
+        var = np.maximum(plus - minus, floor)
+        # never more than the mean square it came from holds (a floor from 1 df has 1)
+        df = np.minimum(np.where(spread > 0, var**2 / spread, plus_df), plus_df)
+    return var, df, floor
+
+
 def moderated(run_var, run_n, ref_var, ref_n, prior: float, prior_df: float):
     """The process variance per process: the two sides' repeats pooled and shrunk toward
     the prior (worth min(PRIOR_DF, prior_df) df); and its degrees of freedom."""
@@ -109,14 +136,20 @@ def _test(estimate, var, df):
     from scipy import stats as scipy_stats
 
     se = np.sqrt(var)
-    half = _t(0.5 + CONFIDENCE / 2, df) * se
+    half = np.where(se > 0, _t(0.5 + CONFIDENCE / 2, df) * se, 0.0)
     with np.errstate(invalid="ignore", divide="ignore"):
         p = np.where(
             se > 0,
             2 * scipy_stats.t.sf(np.abs(estimate) / se, np.where(np.isfinite(df), df, 1e9)),
-            np.nan,
+            # No noise at all (a history whose every level is 0): the change is exact.
+            np.where(np.asarray(estimate) == 0, 1.0, 0.0),
         )
     return estimate - half, estimate + half, p
+
+
+def _inside(estimate, var, df, limit):
+    """The equivalence test (TOST at alpha 0.05): the EQUIVALENCE interval inside ±limit."""
+    return (np.abs(estimate) + _t(0.5 + EQUIVALENCE / 2, df) * np.sqrt(var)) < limit
 
 
 def _word(low, high, p_adjusted, alpha, limit):
@@ -135,6 +168,7 @@ def judge_arrays(d, process_var, process_df, run_var, run_df, shift_var, shift_d
     d = np.atleast_2d(np.asarray(d, dtype=float))
     trials, rows = d.shape
     limit = math.log1p(band)
+    shift_df = np.asarray(shift_df, dtype=float).reshape(-1, 1) if np.ndim(shift_df) else shift_df
     process = np.broadcast_to(process_var * (1 / np.asarray(n_run) + 1 / np.asarray(n_ref)),
                               d.shape)  # fmt: skip
     own, own_df = welch((process, np.broadcast_to(process_df, d.shape)),
@@ -168,8 +202,7 @@ def judge_arrays(d, process_var, process_df, run_var, run_df, shift_var, shift_d
         adjusted = holm(np.concatenate([s_p[:, None], p], axis=1))
         s_adjusted, p_adjusted = adjusted[:, 0], adjusted[:, 1:]
         s_word = _word(s_low, s_high, s_adjusted, alpha, limit)
-        s_half = _t(0.5 + EQUIVALENCE / 2, s_df) * np.sqrt(s_var)
-        s_same = (np.abs(middle) + s_half) < limit
+        s_same = _inside(middle, s_var, s_df, limit)
         shift = {"estimate": middle, "low": s_low, "high": s_high, "p": s_adjusted,
                  "word": np.where(s_word == UNDECIDED, np.where(s_same, SAME, UNDECIDED),
                                   s_word)}  # fmt: skip
@@ -178,8 +211,7 @@ def judge_arrays(d, process_var, process_df, run_var, run_df, shift_var, shift_d
         low, high, p = _test(d, total_var, total_df)
         p_adjusted = holm(p)
     word = _word(low, high, p_adjusted, alpha, limit)
-    half = _t(0.5 + EQUIVALENCE / 2, total_df) * np.sqrt(total_var)
-    same = (np.abs(d) + half) < limit
+    same = _inside(d, total_var, total_df, limit)
     word = np.where(word == UNDECIDED, np.where(same, SAME, UNDECIDED), word)
     changed = np.any((word == FASTER) | (word == SLOWER), axis=1)
     changed |= np.isin(shift["word"], (FASTER, SLOWER))
@@ -191,6 +223,82 @@ def judge_arrays(d, process_var, process_df, run_var, run_df, shift_var, shift_d
             "high": high, "tested_var": tested_var if rows >= MIN_ROWS_FOR_SHIFT else total_var,
             "tested_df": tested_df if rows >= MIN_ROWS_FOR_SHIFT else total_df,
             "p_holm": p_adjusted, "shift": shift, "outcome": outcome}  # fmt: skip
+
+
+def paired_arrays(logs, *, band: float, alpha: float) -> dict[str, np.ndarray]:
+    """The verdicts of [trials, rows, rounds] paired log ratios B/A (NaN: no pair that
+    round), the test `nox -s ab` runs and the calibration simulates: per row the mean log
+    ratio, its 95% t-interval over rounds − 1 df and p (a one-sample t: the run level
+    cancels within a round), Holm over the rows, `faster`/`slower` beyond the band and
+    significant, `same` by the one equivalence test compare uses (EQUIVALENCE); a row of
+    fewer than 2 rounds is not tested. Per trial the `outcome` as judge_arrays gives it."""
+    logs = np.asarray(logs, dtype=float)
+    logs = logs.reshape((1,) * (3 - logs.ndim) + logs.shape)
+    rounds = np.sum(~np.isnan(logs), axis=-1)
+    limit = math.log1p(band)
+    present = ~np.isnan(logs)
+    total = np.sum(np.where(present, logs, 0.0), axis=-1)
+    mean = np.where(rounds > 0, total / np.maximum(rounds, 1), np.nan)
+    squares = np.sum(np.where(present, (logs - mean[..., None]) ** 2, 0.0), axis=-1)
+    var = np.where(rounds > 1, squares / np.maximum(rounds - 1, 1) / np.maximum(rounds, 1),
+                   np.nan)  # fmt: skip
+    df = np.maximum(rounds - 1, 1).astype(float)
+    low, high, p = _test(mean, np.nan_to_num(var), df)
+    tested = rounds > 1
+    p = np.where(tested, p, np.nan)
+    low, high = np.where(rounds > 1, low, mean), np.where(rounds > 1, high, mean)
+    p_adjusted = holm(p)
+    word = np.where(tested, _word(low, high, p_adjusted, alpha, limit), UNDECIDED)
+    same = tested & _inside(mean, np.nan_to_num(var), df, limit)
+    word = np.where(word == UNDECIDED, np.where(same, SAME, UNDECIDED), word)
+    changed = np.any((word == FASTER) | (word == SLOWER), axis=1)
+    outcome = np.where(changed, 1, np.where(np.all(word == SAME, axis=1), 0, 3))
+    return {"mean": mean, "se": np.sqrt(var), "low": low, "high": high, "p": p,
+            "p_holm": p_adjusted, "rounds": rounds, "word": word, "outcome": outcome}  # fmt: skip
+
+
+def paired(a, b):
+    """One case's paired rounds a/b (figures > 0) as stats.Paired: its geometric mean ratio,
+    95% t-interval and p, by paired_arrays."""
+    from dew.bench.analysis.stats import Paired
+
+    logs = np.log(np.asarray(a, dtype=float) / np.asarray(b, dtype=float))
+    return Paired.of(paired_arrays(logs[None, None, :], band=0.05, alpha=0.05), 0)
+
+
+# --- what two records can show -----------------------------------------------------------
+
+
+def smallest_band(run_var: float, run_df: float, shift_var: float, shift_df: float) -> float:
+    """The narrowest band (a fraction) two records could show a row the same within, at any
+    number of repeats: the equivalence interval of an unchanged row when its process term
+    is gone, t·√(2σ_b² + 2σ_s²) with their Welch degrees of freedom."""
+    var, df = welch((2 * run_var, run_df), (2 * shift_var, shift_df))
+    return math.expm1(float(_t(0.5 + EQUIVALENCE / 2, df) * math.sqrt(float(var))))
+
+
+def rounds_to_show(process_var: float, band: float, most: int = 1000) -> int | None:
+    """The fewest interleaved rounds (nox -s ab; a round's ratio carries two processes and
+    no run level) after which an unchanged case shows its EQUIVALENCE interval inside the
+    band with 80% power; None beyond `most`."""
+    return repeats_to_show(process_var / 2, 0.0, math.inf, 0.0, math.inf, band, most, True)
+
+
+def repeats_to_show(process_var: float, run_var: float, run_df: float, shift_var: float,
+                    shift_df: float, band: float, most: int = 1000,
+                    paired: bool = False) -> int | None:  # fmt: skip
+    """The fewest repeats a side (two records) after which an unchanged row shows its
+    EQUIVALENCE interval inside the band with 80% power (the interval's half-width and
+    the 80% quantile of |d| under it); None beyond `most` or below the smallest band."""
+    limit = math.log1p(band)
+    for n in range(2, most + 1):
+        process_df = n - 1 if paired else 2 * (n - 1)
+        var, df = welch((2 * process_var / n, process_df), (2 * run_var, run_df),
+                        (2 * shift_var, shift_df))  # fmt: skip
+        t = float(_t(0.5 + EQUIVALENCE / 2, df) + _t(0.90, df))
+        if t * math.sqrt(float(var)) <= limit:
+            return n
+    return None
 
 
 @dataclasses.dataclass(frozen=True)

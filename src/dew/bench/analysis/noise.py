@@ -15,12 +15,26 @@ import math
 
 from dew.bench.analysis import history
 
-# A kind without history: weak priors, worth PRIOR_PSEUDO_DF degrees of freedom each.
-# GPU: a step repeats within about 1% on a quiet card (the RTX 4080's same-commit rerun in
-# results/published: 83.0 against 83.26 ms, 0.3%); 2% process, 1% run and shift is wider
-# than that. CPU: the 2-core VM's first A/A records read 10-12% process and about 5% run.
+# A kind without history: weak priors of its platform, worth PRIOR_PSEUDO_DF degrees of
+# freedom each (process, run, shift), each with its source and how far the project's own
+# records bear it out (docs/conventions.md, "The priors", says the same for users).
 PRIOR_PSEUDO_DF = 2.0
-PRIORS = {"gpu": (0.02, 0.01, 0.01), "cpu": (0.10, 0.05, 0.05)}  # process, run, shift
+PRIORS = {"gpu": (0.02, 0.01, 0.01), "cpu": (0.16, 0.05, 0.13), "tpu": (0.01, 0.005, 0.005)}
+PRIOR_SOURCES = {
+    "gpu": "one published same-commit rerun on an RTX 4080 (83.0 against 83.26 ms, 0.3%), "
+    "widened; no committed GPU A/A record bears it out (the H200's three, cut at a timeout, "
+    "read 15% between processes of 50-step windows of 3-6 ms steps)",
+    "cpu": "this 2-core VM's history (results/noise.json: 21 A/A records, process 16%, "
+    "shift 13%, run 4% at its standard error); another CPU host is its own kind",
+    "tpu": "none yet: half the GPU prior, a guess until a TPU's A/A records replace it",
+}
+
+
+def family(platform_name: str | None) -> str:
+    """The prior's family of a platform: cpu (or unknown), tpu, else gpu."""
+    if platform_name in (None, "cpu"):
+        return "cpu"
+    return "tpu" if platform_name == "tpu" else "gpu"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,11 +55,11 @@ class Noise:
 
 def prior(platform_name: str | None, kind: str | None) -> Noise:
     """The weak prior of a kind with no history (PRIORS)."""
-    family = "cpu" if platform_name in (None, "cpu") else "gpu"
-    process, run, shift = PRIORS[family]
-    source = (f"{kind or 'this device'} has no A/A history: the weak {family.upper()} prior "
-              f"(process {process:.0%}, run {run:.0%}, shift {shift:.0%}, "
-              f"{PRIOR_PSEUDO_DF:g} df each)")  # fmt: skip
+    name = family(platform_name)
+    process, run, shift = PRIORS[name]
+    source = (f"{kind or 'this device'} has no A/A history: the weak {name.upper()} prior "
+              f"(process {process:.1%}, run {run:.1%}, shift {shift:.1%}, "
+              f"{PRIOR_PSEUDO_DF:g} df each; from {PRIOR_SOURCES[name]})")  # fmt: skip
     return Noise(process, PRIOR_PSEUDO_DF, run, PRIOR_PSEUDO_DF, shift, PRIOR_PSEUDO_DF, source)
 
 
@@ -71,17 +85,26 @@ def model_for(kind: str | None, platform_name: str | None, table: dict) -> Noise
               f"(process {entry['process']:.1%} over {entry['process_df']:g} df, run "
               f"{entry['run']:.1%} over {entry['run_df']:g} df, shift {entry['shift']:.1%} "
               f"over {entry['shift_df']:g} df)")  # fmt: skip
+    for name in entry.get("floored", ()):
+        source += f"; {name} at its standard error (estimated at about 0, not known to be 0)"
     fallback = prior(platform_name, kind)
 
     def level(value: float, df: float, default: float) -> tuple[float, float]:
         return (value, df) if df > 0 else (default, PRIOR_PSEUDO_DF)
 
     shift = level(entry["shift"], entry["shift_df"], fallback.shift)
-    pooled = Noise(*level(entry["process"], entry["process_df"], fallback.process),
-                   *level(entry["run"], entry["run_df"], fallback.run), *shift, source)  # fmt: skip
+    run = level(entry["run"], entry["run_df"], fallback.run)
+    confounded = entry["run_df"] <= 0 < entry["shift_df"]
+    if confounded:
+        # Records of one row: the spread between them is run level and shift at once, fitted
+        # as the shift; the run level is taken at it too (never below it, never a prior).
+        run = shift
+        source += "; one row a record: the run level not told from the shift, taken at it"
+    pooled = Noise(*level(entry["process"], entry["process_df"], fallback.process), *run,
+                   *shift, source)  # fmt: skip
     rows = {
-        label: Noise(row["process"], pooled.process_df, row["run"], pooled.run_df, *shift,
-                     source)
+        label: Noise(row["process"], pooled.process_df, pooled.run if confounded else row["run"],
+                     pooled.run_df, *shift, source)
         for label, row in entry["rows"].items()
     }  # fmt: skip
     return NoiseModel(pooled, rows, source)
@@ -119,6 +142,8 @@ def for_records(run, reference, kinds: dict | None = None, exclude=()) -> NoiseM
             for r in (run, reference)]  # fmt: skip
     platforms = (platform_of(run), platform_of(reference))
     if kind[0] != kind[1]:
-        noise = prior("cpu" if "cpu" in platforms else "gpu", f"{kind[0]} against {kind[1]}")
+        either = "cpu" if "cpu" in platforms else platforms[0] if platforms[0] == platforms[1] \
+            else "gpu"  # fmt: skip
+        noise = prior(either, f"{kind[0]} against {kind[1]}")
         return NoiseModel(noise, {}, noise.source)
     return model_for(kind[0], platforms[0], kinds)

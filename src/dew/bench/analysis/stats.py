@@ -25,8 +25,9 @@ warnings, never a second resampling of what the repeat figures already hold.
 - **Detectable effect** (`Detectable`): the smallest change the verdict rule calls with 80%
   power at the row's noise, and how many repeats a side a target needs; with the run level
   included it has a floor that no number of repeats goes below.
-- **Paired rounds** (`paired`): A and B interleaved, round by round: a one-sample t on the
-  logs of the per-round ratios (the run level cancels within a round).
+- **Paired rounds** (`Paired`): A and B interleaved, round by round: a one-sample t on the
+  logs of the per-round ratios (the run level cancels within a round), computed by
+  dew.bench.analysis.judge.paired_arrays.
 
 scipy is imported inside the functions that test: every case's process imports this module
 (through dew.bench.analysis.repeats) and would pay 0.66 s for nothing.
@@ -408,20 +409,11 @@ class Paired:
         return Detectable(var, self.rounds - 1.0, (self.rounds, math.inf), INTERLEAVED,
                           tests, band, alpha, paired=True)  # fmt: skip
 
-
-def paired(a: Sequence[float], b: Sequence[float]) -> Paired:
-    """The geometric mean of the per-round ratios a/b, its 95% t-interval and p."""
-    logs = np.log(np.asarray(a, dtype=float) / np.asarray(b, dtype=float))
-    mean = float(logs.mean())
-    if logs.size < 2:
-        return Paired(math.exp(mean), math.exp(mean), math.exp(mean), 0.0, None, int(logs.size))
-    se = float(np.std(logs, ddof=1) / math.sqrt(logs.size))
-    if se == 0:
-        return Paired(math.exp(mean), math.exp(mean), math.exp(mean), 0.0, None, int(logs.size))
-    from scipy import stats as scipy_stats
-
-    df = logs.size - 1
-    half = _t(0.5 + CONFIDENCE / 2, df) * se
-    p = float(2 * scipy_stats.t.sf(abs(mean) / se, df))
-    return Paired(math.exp(mean), math.exp(mean - half), math.exp(mean + half), se, p,
-                  int(logs.size))  # fmt: skip
+    @classmethod
+    def of(cls, out: dict, row: int, trial: int = 0) -> Paired:
+        """Row `row` of dew.bench.analysis.judge.paired_arrays's output (log scale)."""
+        rounds = int(out["rounds"][trial, row])
+        se = float(out["se"][trial, row]) if rounds > 1 else 0.0
+        p = float(out["p"][trial, row])
+        mean, low, high = (math.exp(float(out[key][trial, row])) for key in ("mean", "low", "high"))
+        return cls(mean, low, high, se, None if math.isnan(p) else p, rounds)

@@ -19,6 +19,9 @@ ENV_FLAG_NAMES = ("LD_PRELOAD",)
 SECRET_NAME_PATTERN = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|(^|_)KEY($|_)", re.I)
 
 NonNegFloat = Annotated[float, Field(ge=0)]
+# A timing: a time or a rate a verdict takes the log of. Zero, a negative or a non-finite
+# figure (JSON's Infinity, NaN) is no measurement: refused when the record is read.
+Timing = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 NonNegInt = Annotated[int, Field(ge=0)]
 JsonScalar = str | int | float | bool | None
 

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 import pydantic
 from pydantic import Field
 
-from dew.bench.record.schema.base import JsonScalar, NonNegFloat, NonNegInt, Record
+from dew.bench.record.schema.base import JsonScalar, NonNegFloat, NonNegInt, Record, Timing
 
 # --- rows --------------------------------------------------------------------------------
 
@@ -72,7 +72,7 @@ class Fingerprint(Record):
 class StepRepeat(Record):
     """One fresh process of a step case (--repeats): its own compile and both windows."""
 
-    ms_per_step: NonNegFloat = Field(description="the dispatch window's total / steps")
+    ms_per_step: Timing = Field(description="the dispatch window's total / steps")
     synced_ms: list[NonNegFloat] = Field(description="the synced window, one time per step")
     compile_s: NonNegFloat | None = None
     host_busy: str | None = Field(
@@ -101,7 +101,7 @@ class StepRepeat(Record):
 class DataRepeat(Record):
     """One fresh process of a loader configuration (--repeats)."""
 
-    samples_per_s: NonNegFloat
+    samples_per_s: Timing
     intervals_ms: list[NonNegFloat] = Field(description="time between batches, one per batch")
     first_batch_s: NonNegFloat | None = None
     host_busy: str | None = None
@@ -188,11 +188,11 @@ class StepRow(_Row):
         default=None, description="measured steps when this row differs from the settings"
     )
     warmup: NonNegInt | None = None
-    ms_per_step: NonNegFloat | None = None
-    p10_ms: NonNegFloat | None = None
-    p50_ms: NonNegFloat | None = None
-    p90_ms: NonNegFloat | None = None
-    samples_per_s: NonNegFloat | None = None
+    ms_per_step: Timing | None = None
+    p10_ms: Timing | None = None
+    p50_ms: Timing | None = None
+    p90_ms: Timing | None = None
+    samples_per_s: Timing | None = None
     tokens_per_s: NonNegFloat | None = None
     gflop_per_step: NonNegFloat | None = None
     cost_analysis_gflop: NonNegFloat | None = None
@@ -305,9 +305,9 @@ class DataRow(_Row):
     threads: NonNegInt | None = None
     steps: Annotated[int, Field(ge=1)] | None = None
     warmup: NonNegInt | None = None
-    samples_per_s: NonNegFloat | None = None
-    p50_ms: NonNegFloat | None = None
-    p95_ms: NonNegFloat | None = None
+    samples_per_s: Timing | None = None
+    p50_ms: Timing | None = None
+    p95_ms: Timing | None = None
     first_batch_s: NonNegFloat | None = None
     process_spread_ms: NonNegFloat | None = None
     samples_per_s_ci95: Interval | None = Field(
