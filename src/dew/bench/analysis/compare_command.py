@@ -116,9 +116,11 @@ class Args:
 
     run: Annotated[str, tyro.conf.Positional, tyro.conf.arg(metavar="RUN")]
     """the run's record (a --json-out of tools/benchmark_step.py or benchmark_data.py)"""
-    reference: Annotated[str | None, tyro.conf.Positional, tyro.conf.arg(metavar="REFERENCE")] = (
-        None
-    )
+    reference: Annotated[
+        str | None,
+        tyro.conf.Positional,
+        tyro.conf.arg(metavar="[REFERENCE]", help_behavior_hint="(optional)"),
+    ] = None
     """the record to hold it against; default: the newest under results/ of the run's device
     kind and preset sharing the most of its cases"""
     band: float | None = None
@@ -151,9 +153,10 @@ def _relative(path: Path) -> Path:
         return path
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
+    """`prog` is the command as typed, in its usage and error lines (`dew compare`)."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    return cli.run(PROG, lambda: _compare(cli.parse(Args, argv, prog=PROG)))
+    return cli.run(prog, lambda: _compare(cli.parse(Args, argv, prog=prog)))
 
 
 def _compare(args: Args) -> int:

@@ -55,7 +55,17 @@ def parse(args_type: type[T], argv: Sequence[str], *, prog: str, config=()) -> T
     from tyro import _errors  # the error hook: private but pinned, see the module docstring
 
     argv = join_dash_values(args_type, argv)
-    with _errors.on_parse_error(_raise_usage_error):
+    unknown = unknown_flags(args_type, argv)
+
+    def hook(event: Any) -> None:
+        # tyro lets an unknown flag take the next word as its value, then misses the
+        # positional it was (`--frob a.json`: "RUN needs a value"): name the flag instead.
+        confused = (_errors.BadValue, _errors.UnrecognizedArgs, _errors.MissingArgs)
+        if unknown and isinstance(event, confused):
+            raise UsageError(f"unrecognized argument {unknown[0]}; --help lists the valid ones")
+        _raise_usage_error(event)
+
+    with _errors.on_parse_error(hook):
         try:
             return tyro.cli(args_type, args=list(argv), prog=prog, config=tuple(config))
         except SystemExit as stop:
@@ -79,6 +89,35 @@ def join_dash_values(args_type: type, argv: Sequence[str]) -> list[str]:
     return arguments.join_dash_values(argv, string_flags)
 
 
+def unknown_flags(args_type: type, argv: Sequence[str]) -> list[str]:
+    """The words of argv spelled as a flag that no field of `args_type` has (top level; a
+    nested config's `--name.` prefix counts as known); [] for a type that is no dataclass."""
+    if not dataclasses.is_dataclass(args_type):
+        return []
+    known, nested = {"-h", "--help"}, []
+    hints = typing.get_type_hints(args_type)
+    for field in dataclasses.fields(args_type):
+        for spelling in (flag(field.name), "--" + field.name):
+            known |= {spelling, "--no-" + spelling[2:]}
+            nested.append(spelling + ".")
+        if dataclasses.is_dataclass(hints.get(field.name)):
+            nested.append("--")  # a subcommand's flags are its own: not judged here
+    return [
+        word
+        for word in argv
+        if word.startswith("-") and not _number(word) and word.split("=")[0] not in known
+        and not any(word.startswith(prefix) for prefix in nested)
+    ]  # fmt: skip
+
+
+def _number(word: str) -> bool:
+    try:
+        float(word)
+    except ValueError:
+        return False
+    return True
+
+
 def _takes_string(hint: Any) -> bool:
     if hint is str:
         return True
@@ -99,7 +138,10 @@ def _raise_usage_error(event: Any) -> None:
         choices = ", ".join(str(choice) for choice in event.argument.lowered.choices or ())
         raise UsageError(f"{name(event.argument)} {event.value!r} is not valid; valid: {choices}")
     if isinstance(event, e.BadValue):
-        raise UsageError(f"{name(event.argument)} needs a value")
+        argument = event.argument
+        if argument is not None and argument.is_positional():
+            raise UsageError(f"missing {argument.lowered.metavar or name(argument)}")
+        raise UsageError(f"{name(argument)} needs a value")
     if isinstance(event, e.UnrecognizedArgs):
         tokens = " ".join(event.tokens)
         raise UsageError(f"unrecognized argument {tokens}; --help lists the valid ones")
@@ -107,7 +149,12 @@ def _raise_usage_error(event: Any) -> None:
         names = ", ".join(event.subcommand_spec.parser_from_name)
         raise UsageError(f"missing the subcommand; valid: {names}")
     if isinstance(event, e.MissingArgs):
-        missing = ", ".join(a.arg.display_name() for a in event.missing_arguments)
+        missing = ", ".join(
+            (a.arg.lowered.metavar or a.arg.display_name())
+            if a.arg.is_positional()
+            else a.arg.display_name()
+            for a in event.missing_arguments
+        )
         extra = f" (unrecognized: {' '.join(event.unrecognized_tokens)})"
         raise UsageError(f"missing {missing}" + (extra if event.unrecognized_tokens else ""))
     if isinstance(event, e.MutexConflict):

@@ -147,7 +147,7 @@ def load(path: Path, role: str = "") -> BenchmarkRun:
     record, errors = check_file(path, role)
     if errors:
         name = f"{role} {path}" if role else str(path)
-        more = f" (+{len(errors) - 1} more; {PROG} {path} lists them)" if errors[1:] else ""
+        more = f" (+{len(errors) - 1} more; dew validate {path} lists them)" if errors[1:] else ""
         raise UsageError(f"{name}: {errors[0]}{more}")
     return record
 
@@ -161,12 +161,14 @@ class Args:
     """the record files to check"""
 
 
-def main(argv: list[str] | None = None) -> int:
-    return cli.run(PROG, lambda: _validate(sys.argv[1:] if argv is None else list(argv)))
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
+    """`prog` is the command as typed, in its usage and error lines (`dew validate`)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    return cli.run(prog, lambda: _validate(argv, prog))
 
 
-def _validate(argv: list[str]) -> int:
-    args = cli.parse(Args, argv, prog=PROG)
+def _validate(argv: list[str], prog: str) -> int:
+    args = cli.parse(Args, argv, prog=prog)
     if not args.files:
         raise UsageError("missing FILE: give one or more record files")
     invalid = unreadable = 0
@@ -176,7 +178,7 @@ def _validate(argv: list[str]) -> int:
             run, errors = check_file(path)
         except UsageError as error:
             unreadable += 1
-            cli.say(PROG, cli.one_line(error))
+            cli.say(prog, cli.one_line(error))
             continue
         if errors:
             invalid += 1

@@ -29,7 +29,7 @@ from dew.bench.runtime import hostprobe
 from dew.bench.sweep import allocator, presets
 from dew.bench.sweep.settings import CACHE_OFF, Options, append_xla_flags, case_log_dir
 
-PROG = "benchmark_step"
+PROG = "tools/benchmark_step.py"  # as typed; `dew step` passes its own
 
 
 @dataclasses.dataclass(frozen=True)
@@ -219,12 +219,12 @@ def log(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def main(argv: Sequence[str] | None = None, prog: str = "tools/benchmark_step.py") -> int:
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     """The CLI: parse, check, run every case, print the table; returns the exit code. `prog`
-    is the name its help and usage show (`dew step` through the dew command)."""
+    is the command as typed, in its help, usage and error lines (`dew step`)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     with contextlib.ExitStack() as held:  # the record's lock, released however the run ends
-        return faults(PROG, lambda: cli.run(PROG, lambda: _main(argv, held, prog)))
+        return faults(prog, lambda: cli.run(prog, lambda: _main(argv, held, prog)))
 
 
 def _main(argv: list[str], held: contextlib.ExitStack, prog: str) -> int:
@@ -295,7 +295,7 @@ def _main(argv: list[str], held: contextlib.ExitStack, prog: str) -> int:
                 locked_clocks=clocks,
             )
     except HostNotIdle as refusal:  # its text begins "error: ", which say() writes itself
-        cli.say(PROG, str(refusal).removeprefix("error: "))
+        cli.say(prog, str(refusal).removeprefix("error: "))
         return cli.EXIT_CHANGED
     except RecordNotWritten as failure:  # what the record could not take: on stdout
         print(report.step_table(failure.rows, fmt, compile_only=options.compile_only), end="")

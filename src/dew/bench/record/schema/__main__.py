@@ -23,16 +23,21 @@ class ExportArgs:
     """the directory to write the *.schema.json files into"""
 
 
-def main(argv: list[str] | None = None) -> int:
+PROG = "python -m dew.bench.record.schema"
+
+
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
+    """`prog` is the command as typed, in its usage and error lines (`dew schema`)."""
+
     def body() -> int:
         argv_ = sys.argv[1:] if argv is None else argv
-        args = cli.parse(ExportArgs, argv_, prog="python -m dew.bench.record.schema")
+        args = cli.parse(ExportArgs, argv_, prog=prog)
         check_output_dir(args.export, flag="--export")
         for path in export(args.export):
             print(path)
         return 0
 
-    return cli.run("dew.bench.record.schema", body)
+    return cli.run(prog, body)
 
 
 if __name__ == "__main__":
