@@ -105,6 +105,23 @@ def no_reference(run: BenchmarkRun, run_path: Path) -> str:
             "give REFERENCE (another run of the same cases, or a published table)")  # fmt: skip
 
 
+def nothing_shared(run: BenchmarkRun, ref: BenchmarkRun, run_path: Path, ref_path: Path) -> str:
+    """The line of two records with no row to hold against each other: other cases (another
+    preset, batch or model size), a usage mistake rather than a verdict."""
+
+    def what(record: BenchmarkRun) -> str:
+        devices = record.environment.devices
+        device = devices.kind if devices is not None and devices.kind else "device unrecorded"
+        preset = record.settings.preset or "no preset"
+        return f"{device}, {preset}: {', '.join(row.label() for row in record.rows[:4])}" + (
+            ", ..." if len(record.rows) > 4 else ""
+        )
+
+    return (f"RUN {run_path} ({what(run)}) and REFERENCE {ref_path} ({what(ref)}) share no "
+            "comparable row (the same model, batch and settings); compare records of the same "
+            "cases, or leave REFERENCE out for the newest under results/ that shares them")  # fmt: skip
+
+
 # --- the command line --------------------------------------------------------------------
 
 
@@ -183,6 +200,12 @@ def _compare(args: Args) -> int:
                 print(line)
             return cli.EXIT_CHANGED if args.strict else judge.EXIT_CODES[judge.INCONCLUSIVE]
         ref_path = _relative(found)
+    if files.same_file(run_path, ref_path):
+        raise UsageError(
+            f"RUN {run_path} and REFERENCE {ref_path} are one file: a record against itself "
+            "shows nothing; give another record of the same cases as REFERENCE, or leave it "
+            "out for the newest under results/"
+        )
     plot_path = None
     if args.plot is not None:  # before any output: an unwritable chart loses nothing yet
         plot_path = files.check_output_file(
@@ -219,6 +242,8 @@ def _compare(args: Args) -> int:
             run, ref, band=args.band, alpha=args.alpha, run_label=str(run_path),
             reference_label=str(ref_path), noise=model, target=args.target_mde / 100,
         )  # fmt: skip
+        if not cmp.counted:
+            raise UsageError(nothing_shared(run, ref, run_path, ref_path))
         if args.format == "json":
             print(json.dumps(compare_report.as_json(cmp), indent=1))
         else:

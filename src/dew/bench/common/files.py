@@ -14,6 +14,7 @@ Standard library only: the schema writes its records through `atomic_write`.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import tempfile
@@ -162,9 +163,9 @@ def check_output_file(
     """Refuse, with one UsageError line and before any work, an output that would lose or
     clobber something: a directory, one of the run's inputs, an existing file the user did
     not say to continue or replace, a place that cannot be written. Changes nothing."""
-    target = Path(path)
+    target = nameable(path, flag)
     for source in inputs:
-        if source is not None and _same_file(target, Path(source)):
+        if source is not None and same_file(target, Path(source)):
             raise UsageError(f"{flag} {target} is also an input of this run; write elsewhere")
     if target.is_dir():
         raise UsageError(f"{flag} {target} is a directory; give a file path")
@@ -188,7 +189,7 @@ def check_output_file(
 
 def check_output_dir(path: str | os.PathLike, *, flag: str) -> Path:
     """A directory a run writes into must be a directory (or creatable) and writable."""
-    target = Path(path)
+    target = nameable(path, flag)
     if target.exists() and not target.is_dir():
         raise UsageError(f"{flag} {target} is not a directory")
     directory = _existing_ancestor(target)
@@ -208,7 +209,52 @@ def check_input_file(path: str | os.PathLike, *, flag: str) -> Path:
     return source
 
 
-def _same_file(a: Path, b: Path) -> bool:
+def nameable(path: str | os.PathLike, flag: str) -> Path:
+    """`path` as a Path when the file system can look it up, whether or not it exists; else
+    one UsageError line: an empty path, a symbolic link loop, a name longer than the file
+    system takes (pathlib's exists() reads the last two as "no such file", and the write
+    that follows fails with a traceback)."""
+    if not os.fspath(path):
+        raise UsageError(f"{flag} is empty; give a path")
+    target = Path(path)
+    try:
+        os.stat(target)
+        error = None
+    except FileNotFoundError:
+        error = None
+        # The lookup stops at the first missing folder: the names after it are not checked.
+        longest = max(len(os.fsencode(part)) for part in target.parts)
+        if longest > _name_max(_existing_ancestor(target)):
+            error = OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG))
+        elif os.path.islink(target):  # a link to nowhere: a write would replace the link
+            raise UsageError(
+                f"{flag} {target} is a symbolic link to {os.readlink(target)}, which does "
+                "not exist; give the path itself"
+            ) from None
+    except NotADirectoryError:
+        error = None  # a file on the way: the callers name it (".. is not a directory")
+    except OSError as raised:
+        error = raised
+    if error is not None:
+        if error.errno == errno.ELOOP:
+            why = "a symbolic link loop (a link that leads back to itself)"
+        elif error.errno == errno.ENAMETOOLONG:
+            why = "a name longer than the file system takes"
+        else:
+            why = error.strerror or type(error).__name__
+        raise UsageError(f"{flag} {target}: {why}; give another path") from None
+    return target
+
+
+def _name_max(directory: Path) -> int:
+    try:
+        return os.pathconf(directory, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return 255
+
+
+def same_file(a: Path, b: Path) -> bool:
+    """Whether two paths name one existing file (a link or another spelling included)."""
     try:
         return a.exists() and b.exists() and os.path.samefile(a, b)
     except OSError:

@@ -210,8 +210,7 @@ def parse_args(argv: list[str], prog: str = PROG) -> Args:
         ("warmup", args.warmup, 0),
         ("repeats", args.repeats, 1),
     ):
-        if value < least:
-            raise UsageError(f"{cli.flag(name)} must be at least {least} (got {value})")
+        cli.check_count(name, value, least)
     if args.case_timeout is not None and not 0 < args.case_timeout < float("inf"):  # NaN too
         raise UsageError(
             f"--case-timeout {args.case_timeout:g} is not a number of seconds; give one above "

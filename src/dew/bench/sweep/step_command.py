@@ -69,11 +69,9 @@ class Args(Options):
 
 def options_from(args: Args) -> tuple[Options, tuple[presets.Case, ...]]:
     """The run's Options and cases; what tyro cannot check raises UsageError."""
-    if args.steps < 1:
-        raise cli.UsageError(f"--steps must be at least 1 (got {args.steps})")
+    cli.check_count("steps", args.steps, 1)
     check_repeats(args)
-    if args.warmup < 0:
-        raise cli.UsageError(f"--warmup must be at least 0 (got {args.warmup})")
+    cli.check_count("warmup", args.warmup, 0)
     if args.case_timeout is not None and not 0 < args.case_timeout < float("inf"):  # NaN too
         raise cli.UsageError(
             f"--case-timeout {args.case_timeout:g} is not a number of seconds; give one above "
@@ -118,6 +116,7 @@ def check_repeats(args: Args) -> None:
     if args.repeats != "auto":
         if args.repeats < 1:
             raise cli.UsageError(f"--repeats must be at least 1 or auto (got {args.repeats})")
+        cli.check_count("repeats", args.repeats, 1)
         if args.target_mde is not None:
             raise cli.UsageError("--target-mde needs --repeats auto (it decides when to stop)")
         return
