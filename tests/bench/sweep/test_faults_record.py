@@ -68,7 +68,8 @@ def test_a_full_disk_stops_the_sweep_in_one_line_and_prints_the_rows_figures(
         captured = capsys.readouterr()
         assert code == 1
         assert _error_lines(captured.err) == [
-            f"tools/benchmark_step.py: error: cannot write {out}: [Errno 28] No space left on device; "
+            f"tools/benchmark_step.py: error: cannot write {out}: [Errno 28] No space left on device"
+            "; "
             "the record keeps the rows before uvit batch 16; its figures are on stdout; "
             "no further case started"
         ]
@@ -197,7 +198,8 @@ def test_a_stop_signal_ends_every_process_and_the_record_keeps_the_finished_row(
         run.wait()
     assert run.returncode == code, err[-2000:]
     assert _error_lines(err) == [
-        "tools/benchmark_step.py: error: interrupted: 1 of 3 cases finished; the record keeps them; "
+        "tools/benchmark_step.py: error: interrupted: 1 of 3 cases finished; the record keeps "
+        "them; "
         "--resume continues"
     ]
     assert "Traceback" not in err

@@ -76,7 +76,8 @@ def test_lock_clocks_max_on_this_cpu_host_is_one_line_and_exit_2_before_any_case
     assert done.returncode == 2, done.stderr
     (line,) = done.stderr.strip().splitlines()  # refused before the device probe
     assert line.startswith(
-        "tools/benchmark_step.py: error: --lock-clocks max locks NVIDIA GPU clocks; no NVIDIA GPU here: "
+        "tools/benchmark_step.py: error: --lock-clocks max locks NVIDIA GPU clocks; no NVIDIA "
+        "GPU here: "
         "NVML unavailable ("
     )
     assert line.endswith("); use --lock-clocks off") and done.stdout == ""

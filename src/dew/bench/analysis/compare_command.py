@@ -117,9 +117,11 @@ def nothing_shared(run: BenchmarkRun, ref: BenchmarkRun, run_path: Path, ref_pat
             ", ..." if len(record.rows) > 4 else ""
         )
 
-    return (f"RUN {run_path} ({what(run)}) and REFERENCE {ref_path} ({what(ref)}) share no "
-            "comparable row (the same model, batch and settings); compare records of the same "
-            "cases, or leave REFERENCE out for the newest under results/ that shares them")  # fmt: skip
+    return (
+        f"RUN {run_path} ({what(run)}) and REFERENCE {ref_path} ({what(ref)}) share no "
+        "comparable row (the same model, batch and settings); compare records of the same "
+        "cases, or leave REFERENCE out for the newest under results/ that shares them"
+    )
 
 
 # --- the command line --------------------------------------------------------------------
