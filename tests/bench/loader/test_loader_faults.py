@@ -31,8 +31,8 @@ def test_a_full_disk_is_one_line_exit_1_and_the_row_stays_on_stdout(tmp_path, ca
         assert main([*TINY, "--json-out", str(out)]) == 1
         captured = capsys.readouterr()
         assert captured.err.splitlines() == [
-            f"tools/benchmark_data.py: error: cannot write {out}: [Errno 28] No space left on device"
-            "; "
+            f"tools/benchmark_data.py: error: cannot write {out}: [Errno 28] No space left on "
+            "device; "
             f"{out} is as it was; the row's figures are on stdout"
         ]
         line = captured.out.splitlines()[0]  # then its warnings, if any

@@ -68,8 +68,8 @@ def test_a_full_disk_stops_the_sweep_in_one_line_and_prints_the_rows_figures(
         captured = capsys.readouterr()
         assert code == 1
         assert _error_lines(captured.err) == [
-            f"tools/benchmark_step.py: error: cannot write {out}: [Errno 28] No space left on device"
-            "; "
+            f"tools/benchmark_step.py: error: cannot write {out}: [Errno 28] No space left on "
+            "device; "
             "the record keeps the rows before uvit batch 16; its figures are on stdout; "
             "no further case started"
         ]
