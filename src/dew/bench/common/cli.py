@@ -38,6 +38,7 @@ from dew.bench.common.errors import (  # noqa: F401  (re-exported: the entry poi
     first_line,
     one_line,
     say,
+    stdout_closed,
 )
 from dew.flags import flag  # noqa: F401  (re-exported: every entry point spells flags so)
 
@@ -205,3 +206,5 @@ def run(prog: str, body: Callable[[], int]) -> int:
         return EXIT_USAGE
     except SystemExit as stop:  # --help, or a body that exits on purpose
         return stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+    except BrokenPipeError:
+        return stdout_closed()

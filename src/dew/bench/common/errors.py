@@ -65,6 +65,14 @@ def one_line(error: BaseException, *, flags: bool = False, typed: bool = False) 
     return text if len(text) <= MAX_LINE else text[: MAX_LINE - 3] + "..."
 
 
+def stdout_closed() -> int:
+    """What a command returns when its reader went away (`dew compare ... | head`): no
+    traceback; stdout pointed at /dev/null so that the flush at exit cannot raise again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return EXIT_CHANGED
+
+
 def first_line(text: str) -> str:
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     return lines[0] if lines else ""
