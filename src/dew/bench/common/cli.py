@@ -33,8 +33,10 @@ from dew.bench.common.errors import (  # noqa: F401  (re-exported: the entry poi
     EXIT_CHANGED,
     EXIT_OK,
     EXIT_USAGE,
+    MAX_COUNT,
     MAX_LINE,
     UsageError,
+    check_count,
     first_line,
     one_line,
     say,
@@ -177,21 +179,6 @@ def _raise_usage_error(event: Any) -> None:
             message = f"{union.group(2)} is not {' or '.join(kinds)}"
         raise UsageError(f"{where}{message}")
     raise UsageError(f"invalid command line ({type(event).__name__})")
-
-
-# --- what tyro cannot check --------------------------------------------------------------
-
-# The most a count flag (steps, warmup, repeats, batch) takes: the optimizer's step counter
-# and XLA's loop counters are 32-bit integers.
-MAX_COUNT = 2**31 - 1
-
-
-def check_count(name: str, value: int, least: int) -> None:
-    """A count flag's value in [least, MAX_COUNT]; else UsageError naming the flag."""
-    if value < least:
-        raise UsageError(f"{flag(name)} must be at least {least} (got {value})")
-    if value > MAX_COUNT:
-        raise UsageError(f"{flag(name)} must be at most {MAX_COUNT:,} (got {value:,})")
 
 
 # --- the entry point -------------------------------------------------------------------------

@@ -6,7 +6,9 @@ Every output of every entry point goes through here:
   with it (`--resume` continues it, `--overwrite` replaces it), as pyperf's `-o` does;
 - `check_output_dir` the same for a directory a run writes into (profile, cache);
 - `atomic_write` replaces a file in one step: a reader sees the old file or the new one;
-- `one_writer` holds an output for one run at a time: a second run on it is refused.
+- `one_writer` holds an output for one run at a time: a second run on it is refused;
+- `read_json_object` reads what a command is given: a JSON object, or one line saying what
+  the file is instead (the host's sessions read a record with it before pydantic exists).
 
 Standard library only: the schema writes its records through `atomic_write`.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import json
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -277,3 +280,47 @@ def _probe_writable(directory: Path, what: str) -> None:
         raise UsageError(f"{what} cannot be written: {error.strerror} ({directory})") from None
     os.close(fd)
     os.unlink(probe)
+
+
+# --- what dew reads -----------------------------------------------------------------------
+
+
+def _json_kind(value) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    return {list: "a list", str: "a string"}.get(type(value), "a number")
+
+
+def read_json_object(path: Path, role: str = "") -> str:
+    """The text of `path` when it holds a JSON object; else UsageError, one line naming the
+    file (`role`, e.g. "RUN", goes before the path) and what it is instead."""
+    name = f"{role} {path}" if role else str(path)
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise UsageError(f"{name}: no such file") from None
+    except IsADirectoryError:
+        raise UsageError(f"{name} is a directory; give a record file") from None
+    except OSError as error:
+        raise UsageError(f"{name}: cannot read: {error.strerror or error}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise UsageError(
+            f"{name} is not a text file (byte {data[error.start]:#04x} at offset "
+            f"{error.start} is not UTF-8); give a JSON record"
+        ) from None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise UsageError(
+            f"{name}: not JSON: {error.msg} at line {error.lineno} column {error.colno}"
+        ) from None
+    except RecursionError:
+        raise UsageError(f"{name}: not JSON this reader can take: nested too deeply") from None
+    if not isinstance(value, dict):
+        kind = _json_kind(value)
+        raise UsageError(f"{name}: not a results record: the JSON is {kind}, not an object")
+    return text

@@ -33,6 +33,7 @@ import tyro
 
 from dew.bench.common import cli
 from dew.bench.common.cli import UsageError
+from dew.bench.common.files import read_json_object  # noqa: F401  (validate's, shared)
 from dew.bench.record.schema import ROW_MODELS, BenchmarkRun
 from dew.bench.record.schema.documents import RECORD, check_document, document_kind
 
@@ -87,47 +88,6 @@ def describe_errors(error: pydantic.ValidationError) -> list[str]:
             message += f" (got {_shown(first.get('input'))})"
         lines.append(f"{json_path(path)}: {message}")
     return lines
-
-
-def _json_kind(value) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    return {list: "a list", str: "a string"}.get(type(value), "a number")
-
-
-def read_json_object(path: Path, role: str = "") -> str:
-    """The text of `path` when it holds a JSON object; else UsageError, one line naming the
-    file (`role`, e.g. "RUN", goes before the path) and what it is instead."""
-    name = f"{role} {path}" if role else str(path)
-    try:
-        data = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise UsageError(f"{name}: no such file") from None
-    except IsADirectoryError:
-        raise UsageError(f"{name} is a directory; give a record file") from None
-    except OSError as error:
-        raise UsageError(f"{name}: cannot read: {error.strerror or error}") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise UsageError(
-            f"{name} is not a text file (byte {data[error.start]:#04x} at offset "
-            f"{error.start} is not UTF-8); give a JSON record"
-        ) from None
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise UsageError(
-            f"{name}: not JSON: {error.msg} at line {error.lineno} column {error.colno}"
-        ) from None
-    except RecursionError:
-        raise UsageError(f"{name}: not JSON this reader can take: nested too deeply") from None
-    if not isinstance(value, dict):
-        kind = _json_kind(value)
-        raise UsageError(f"{name}: not a results record: the JSON is {kind}, not an object")
-    return text
 
 
 def check_file(path: Path, role: str = "") -> tuple[BenchmarkRun | None, list[str]]:

@@ -55,6 +55,9 @@ class Args(Options):
     """continue --json-out: keep its rows, run only the cases not ok in it yet"""
     overwrite: bool = False
     """replace an existing --json-out"""
+    check_only: bool = False
+    """check every flag and case (each model's config builds, a --step factory lowers), print
+    the cases, and exit 0 without timing any: `nox -s ab` asks this before any image"""
     format: Literal["auto", "tsv", "md"] = "auto"
     """the table on stdout: auto is aligned to the terminal's width on a terminal (warnings
     as numbered notes) and the seed's tab-separated layout for a file or pipe; or Markdown"""
@@ -258,6 +261,9 @@ def _main(argv: list[str], held: contextlib.ExitStack, prog: str) -> int:
         platform = devices.platform
         options, more = compile_jobs(options, platform, len(cases))
         warnings += more
+    if args.check_only:  # every check above passed: nothing is run
+        print(f"{len(cases)} cases, each checked: {', '.join(case.label() for case in cases)}")
+        return cli.EXIT_OK
     options = malloc(options, platform)
     if not options.isolate and options.xla_flags:
         # In-process cases: XLA reads its flags when the backend starts, which is later.
