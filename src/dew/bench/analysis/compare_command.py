@@ -41,7 +41,7 @@ from typing import Annotated, Literal
 
 import tyro
 
-from dew.bench.analysis import compare_report, comparison, history, judge, noise, parity
+from dew.bench.analysis import compare_report, comparison, history, judge, noise, parity, tables
 from dew.bench.analysis.plots import comparison_chart
 from dew.bench.common import cli, files
 from dew.bench.common.cli import UsageError
@@ -157,8 +157,9 @@ class Args:
     run_noise: float | None = None
     """the shift between two runs in percent, taken as known (a row's own run level 0);
     default: fitted from the history of the records' device kind"""
-    format: Literal["md", "text", "json"] = "md"
-    """Markdown, aligned text, or one JSON object (the fields: docs/reproducing.md)"""
+    format: Literal["auto", "md", "text", "json"] = "auto"
+    """auto: on a terminal aligned text fitted to its width, else Markdown in full; md,
+    aligned text in full, or one JSON object (the fields: docs/reproducing.md)"""
     plot: str | None = None
     """write a PNG bar chart here: ms/step (samples/s; GFLOP/step for a compile-only run)"""
     overwrite: bool = False
@@ -187,6 +188,7 @@ def _compare(args: Args) -> int:
         raise UsageError(f"--target-mde {args.target_mde:g} is not a percentage in (0, 1000)")
     if args.run_noise is not None and not 0 <= args.run_noise < 100:
         raise UsageError(f"--run-noise {args.run_noise:g} is not a percentage in [0, 100)")
+    fmt = tables.for_terminal(args.format, otherwise="md")
     run_path = Path(args.run)
     run = load(run_path, "RUN")
     if args.reference is not None:
@@ -195,7 +197,7 @@ def _compare(args: Args) -> int:
         found = default_reference(run, run_path)
         if found is None:
             line = no_reference(run, run_path)
-            if args.format == "json":
+            if fmt == "json":
                 print(json.dumps({"run": str(run_path), "reference": None, "exit": 3,
                                   "outcome": judge.INCONCLUSIVE, "summary": line}))  # fmt: skip
             else:
@@ -220,10 +222,11 @@ def _compare(args: Args) -> int:
             "record; compare records of one kind"
         )
     if run.settings.compile_only:
-        if args.format == "json":
+        if fmt == "json":
             raise UsageError(f"RUN {run_path} is compile-only: its parity table has md and text")
         rows = parity.check(run, ref)
-        print(parity.render(rows, run, ref, str(run_path), str(ref_path), args.format))
+        shown = "text" if fmt == "terminal" else fmt
+        print(parity.render(rows, run, ref, str(run_path), str(ref_path), shown))
         field = "gflop_per_step"
         code = cli.EXIT_OK if parity.passed(rows) else cli.EXIT_CHANGED
     else:
@@ -246,10 +249,10 @@ def _compare(args: Args) -> int:
         )  # fmt: skip
         if not cmp.counted:
             raise UsageError(nothing_shared(run, ref, run_path, ref_path))
-        if args.format == "json":
+        if fmt == "json":
             print(json.dumps(compare_report.as_json(cmp), indent=1))
         else:
-            print(compare_report.comparison(cmp, run, ref, args.format))
+            print(compare_report.comparison(cmp, run, ref, fmt))
         rows, field = cmp.rows, cmp.timing
         code = judge.EXIT_CODES[cmp.outcome]
         code = cli.EXIT_CHANGED if args.strict and code == 3 else code
