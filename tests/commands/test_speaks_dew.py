@@ -141,3 +141,43 @@ def test_a_reader_that_left_is_no_traceback(argv):
     done = subprocess.run(command, stdout=write, stderr=subprocess.PIPE, text=True, env=env)
     os.close(write)
     assert "Traceback" not in done.stderr and done.returncode == 1, done.stderr[-2000:]
+
+
+# Every word a verdict can be (besides judge's own, read from it), and the source that
+# prints it: a word renamed there without the docs fails here.
+PRINTED = {
+    "PARITY": "analysis/parity.py",
+    "NO PARITY": "analysis/parity.py",
+    "equal": "analysis/parity.py",
+    "failed in this run": "analysis/comparison.py",
+    "failed in the reference": "analysis/comparison.py",
+    "failed in both": "analysis/comparison.py",
+    "no reference row": "analysis/comparison.py",
+    "failed; no reference row": "analysis/comparison.py",
+    "not in this run": "analysis/comparison.py",
+    "different model, not comparable": "analysis/comparison.py",
+    "no timing to compare": "analysis/comparison.py",
+    "no pair": "analysis/ab.py",
+    "keeps up": "loader/data_command.py",
+    "starves the model": "loader/data_command.py",
+}
+
+
+def test_every_verdict_word_is_documented_with_its_exit_status():
+    from dew.bench.analysis import judge
+
+    table = (REPO / "docs" / "conventions.md").read_text().split("### Every word of a verdict")
+    assert len(table) == 2, "docs/conventions.md has lost its table of verdict words"
+    rows = [line for line in table[1].split("\n## ")[0].splitlines() if line.startswith("| `")]
+    documented = {}
+    for row in rows:
+        cells = [cell.strip() for cell in row.strip("|").split(" | ")]
+        for word in cells[0].split("`")[1::2]:
+            documented[word] = cells[-1]
+    for word, source in PRINTED.items():
+        assert f'"{word}"' in (REPO / "src" / "dew" / "bench" / source).read_text(), word
+    for word in [*judge.WORDS, *PRINTED]:
+        assert word in documented, f"{word!r} is printed but not in the docs' table"
+    for outcome, code in judge.EXIT_CODES.items():
+        assert documented[outcome].startswith(str(code)), outcome
+    assert documented["PARITY"] == "0" and documented["NO PARITY"] == "1"
