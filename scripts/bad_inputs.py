@@ -1,16 +1,19 @@
 """Bad input at every entry point: one line, a non-zero exit, no traceback, no file changed.
 
-    JAX_PLATFORMS=cpu python scripts/bad_inputs.py [--markdown]
+    JAX_PLATFORMS=cpu python scripts/bad_inputs.py [--markdown] [--only TEXT]
 
-Runs each entry point (the tools and the `python -m dew.bench.*` modules) as a user would,
-with inputs a user can type that must be refused, in a scratch directory holding a step
-record, a loader record, a text file, a binary file and a prepared dataset. Prints one
-row per input: the command, the exit code and the line on stderr. Exit 0 when every input
-was refused in exactly one line with exit 2, without a traceback, and every file in the
+Runs each entry point as a user would type it (the `dew` command, the tools, `python -m
+dew.bench.multihost.launch`), with inputs that must be refused, in a scratch directory
+holding a step record, a loader record, a cpu-smoke record, dew's other JSON, a text file,
+a binary file, a symbolic link loop, a folder with a file of the user's named like an
+exported schema, and a prepared dataset. Prints one row per input: what it is, the command
+(scratch paths as `$D/...`), the exit code and the line on stderr (the last of several).
+Exit 0 when every input ended as expected (exit 2 in exactly one line naming the command
+typed, without a traceback, unless the row expects otherwise) and every file in the
 scratch directory is byte-identical afterwards. A record another run is writing is one
 such input: this script holds `held.json` in the scratch directory (its lock, as a running
 sweep holds its --json-out; `site` as a site build holds its --out) while the tools are
-refused on it.
+refused on it. The inputs of issue 52 come first.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -28,21 +32,158 @@ from dew.bench.common import cli
 from dew.bench.common.files import one_writer
 
 REPO = Path(__file__).resolve().parents[1]
-PUBLISHED = REPO / "results" / "published"
+RESULTS = REPO / "results"
+PUBLISHED = RESULTS / "published"
+DEW = [sys.executable, "-m", "dew.commands"]
 STEP = [sys.executable, str(REPO / "tools" / "benchmark_step.py"), "--idle-check", "off"]
 DATA = [sys.executable, str(REPO / "tools" / "benchmark_data.py")]
 PREPARE = [sys.executable, str(REPO / "tools" / "prepare_dataset.py")]
-COMPARE = [sys.executable, "-m", "dew.bench.analysis.compare_command"]
-VALIDATE = [sys.executable, "-m", "dew.bench.record.validate"]
-SCHEMA = [sys.executable, "-m", "dew.bench.record.schema"]
+COMPARE = [*DEW, "compare"]
+VALIDATE = [*DEW, "validate"]
+SCHEMA = [*DEW, "schema"]
+SITE = [*DEW, "report"]
+AB = [*DEW, "ab", "HEAD", "HEAD"]
+REPRODUCE = [*DEW, "reproduce"]
 LAUNCH = [sys.executable, "-m", "dew.bench.multihost.launch"]
-SITE = [sys.executable, "-m", "dew.bench.site"]
+HUGE = "9" * 23  # 99999999999999999999999: past every 32-bit counter
 # What this script holds while the inputs run, as a running sweep and a site build would.
 HELD, HELD_SITE = "held.json", "site"
 
 
-def inputs(d: Path) -> list[tuple[str, list[str]]]:
-    """(what, argv) for every bad input; `d` is the scratch directory."""
+@dataclasses.dataclass(frozen=True)
+class Input:
+    what: str
+    argv: list[str]
+    exit: int = 2  # what it must end with
+    lines: int | None = 1  # lines on stderr; None: any number (only no traceback)
+
+
+def issue_52(d: Path) -> list[Input]:
+    """The findings of issue 52, each as it was reported."""
+    step, smoke, loop = d / "step.json", d / "smoke.json", d / "loop"
+    smoke_steps = ["--preset", "cpu-smoke", "--architectures", "uvit"]
+    return [
+        Input(
+            "--steps past 32 bits, --compile-only",
+            [*DEW, "step", *smoke_steps, "--steps", HUGE, "--compile-only"],
+        ),  # fmt: skip
+        Input("schema --export a symlink loop", [*SCHEMA, "--export", str(loop)]),
+        Input("report --out a symlink loop", [*SITE, str(d), "--out", str(loop)]),
+        Input("schema --export a 300-character name", [*SCHEMA, "--export", str(d / ("a" * 300))]),
+        Input("schema --export onto a file of the user's", [*SCHEMA, "--export", str(d / "mine")]),
+        Input('schema --export ""', [*SCHEMA, "--export", ""]),
+        Input("compare cpu-smoke against the RTX 4080's small", [*COMPARE, str(smoke), str(step)]),
+        Input("compare X X", [*COMPARE, str(step), str(step)]),
+        Input(
+            "validate $(find results -name '*.json')",
+            [*VALIDATE, *map(str, sorted(RESULTS.rglob("*.json")))],
+            exit=0,
+            lines=0,
+        ),
+        Input("validate results/", [*VALIDATE, str(RESULTS)], exit=0, lines=0),
+        Input("compare --frob a.json", [*COMPARE, "--frob", "a.json"]),
+        Input("compare -x a.json", [*COMPARE, "-x", "a.json"]),
+        Input("ab --steps 0", [*AB, "--architectures", "uvit", "--steps", "0"]),
+        Input("ab --steps -3", [*AB, "--architectures", "uvit", "--steps", "-3"]),
+        Input("ab an unknown architecture", [*AB, "--architectures", "nope"]),
+        Input("ab --rounds 1", [*AB, "--architectures", "uvit", "--rounds", "1"]),
+        Input("reproduce a list", [*REPRODUCE, str(d / "list.json")]),
+        Input("reproduce a record without settings", [*REPRODUCE, str(d / "kind.json")]),
+    ]
+
+
+def own(d: Path) -> list[Input]:
+    """More of the same kinds, tried for issue 52."""
+    step, loader, text, binary = d / "step.json", d / "loader.json", d / "notes.txt", d / "x.bin"
+    loop, long, empty = d / "loop", d / ("b" * 300), d / "empty"
+    smoke = [*DEW, "step", "--preset", "cpu-smoke", "--architectures", "uvit"]
+    synthetic = [*DEW, "data", "data:synthetic-images", "--data.path", str(d / "dataset")]
+    return [
+        Input("dew with no command", DEW, lines=None),
+        Input("dew an unknown command", [*DEW, "bench"]),
+        Input("compare three records", [*COMPARE, str(step), str(step), str(loader)]),
+        Input("compare --band nan", [*COMPARE, str(step), "--band", "nan"]),
+        Input("compare --alpha 0", [*COMPARE, str(step), "--alpha", "0"]),
+        Input("compare --alpha 1.5", [*COMPARE, str(step), "--alpha", "1.5"]),
+        Input("compare --history not a folder", [*COMPARE, str(step), "--history", str(text)]),
+        Input("compare --run-noise 100", [*COMPARE, str(step), "--run-noise", "100"]),
+        Input("compare noise.json", [*COMPARE, str(d / "noise.json")]),
+        Input("compare an A/B plan", [*COMPARE, str(d / "ab-plan.json"), str(step)]),
+        Input("compare a missing file", [*COMPARE, str(d / "none.json")]),
+        Input("compare a folder", [*COMPARE, str(d)]),
+        Input('compare --plot ""', [*COMPARE, str(step), str(d / "copy.json"), "--plot", ""]),
+        Input(
+            "compare --plot a symlink loop",
+            [*COMPARE, str(step), str(d / "copy.json"), "--plot", str(loop)],
+        ),  # fmt: skip
+        Input(
+            "compare --plot a 300-character name",
+            [*COMPARE, str(step), str(d / "copy.json"), "--plot", str(long)],
+        ),  # fmt: skip
+        Input("compare --format terminal", [*COMPARE, str(step), "--format", "terminal"]),
+        Input("validate a folder with no JSON", [*VALIDATE, str(empty)]),
+        Input("validate a symlink loop", [*VALIDATE, str(loop)]),
+        Input("validate --strict", [*VALIDATE, "--strict", str(step)]),
+        Input('validate ""', [*VALIDATE, ""]),
+        Input("validate with nothing", VALIDATE),
+        Input("schema --export with no value", [*SCHEMA, "--export"]),
+        Input("schema --export under a file", [*SCHEMA, "--export", str(text / "sub")]),
+        Input("schema --overwrite alone", [*SCHEMA, "--overwrite"]),
+        Input("report a missing folder", [*SITE, str(d / "none")]),
+        Input("report a file", [*SITE, str(text)]),
+        Input("report --out a 300-character name", [*SITE, str(d), "--out", str(long)]),
+        Input("step --steps -1", [*smoke, "--steps", "-1"]),
+        Input("step --steps abc", [*smoke, "--steps", "abc"]),
+        Input("step --warmup past 32 bits", [*smoke, "--warmup", HUGE]),
+        Input("step --repeats past 32 bits", [*smoke, "--repeats", HUGE]),
+        Input("step --json-out a symlink loop", [*smoke, "--json-out", str(loop)]),
+        Input('step --json-out ""', [*smoke, "--json-out", ""]),
+        Input("step --json-out a 300-character name", [*smoke, "--json-out", str(long)]),
+        Input("step --profile-dir a symlink loop", [*smoke, "--profile-dir", str(loop)]),
+        Input("step an unknown flag before a value", [*smoke, "--frob", "3"]),
+        Input(
+            "step --check-only of an unknown architecture",
+            [*DEW, "step", "--preset", "cpu-smoke", "--architectures", "nope", "--check-only"],
+        ),  # fmt: skip
+        Input("data --steps past 32 bits", [*synthetic, "--steps", HUGE]),
+        Input("data --batch 0", [*synthetic, "--batch", "0"]),
+        Input("data --json-out a symlink loop", [*synthetic, "--json-out", str(loop)]),
+        Input("data -x", [*DEW, "data", "-x"]),
+        Input("ab one stack", [*DEW, "ab", "HEAD", "--architectures", "uvit"]),
+        Input("ab no cases", AB),
+        Input("ab --warmup -1", [*AB, "--architectures", "uvit", "--warmup", "-1"]),
+        Input("ab --rounds abc", [*AB, "--architectures", "uvit", "--rounds", "abc"]),
+        Input("ab --steps past 32 bits", [*AB, "--architectures", "uvit", "--steps", HUGE]),
+        Input("ab a case of batch 0", [*AB, "--cases", '[{"architecture":"uvit","batch":0}]']),
+        Input("ab --band 0", [*AB, "--architectures", "uvit", "--band", "0"]),
+        Input("ab --variant rocm", [*AB, "--architectures", "uvit", "--variant", "rocm"]),
+        Input("ab --step of no module", [*AB, "--step", "no_such_module:make_step"]),
+        Input("ab --preset big", [*AB, "--preset", "big", "--architectures", "uvit"]),
+        Input("reproduce two records", [*REPRODUCE, str(step), str(step)]),
+        Input("reproduce nothing", REPRODUCE),
+        Input("reproduce a loader record", [*REPRODUCE, str(loader)]),
+        Input("reproduce noise.json", [*REPRODUCE, str(d / "noise.json")]),
+        Input("reproduce a missing file", [*REPRODUCE, str(d / "none.json")]),
+        Input("reproduce a folder", [*REPRODUCE, str(d)]),
+        Input("reproduce a binary file", [*REPRODUCE, str(binary)]),
+        Input("reproduce not JSON", [*REPRODUCE, str(text)]),
+        Input("reproduce --interleaved 1", [*REPRODUCE, str(step), "--interleaved", "1"]),
+        Input("reproduce --interleaved x", [*REPRODUCE, str(step), "--interleaved", "x"]),
+        Input("reproduce --frob", [*REPRODUCE, str(step), "--frob"]),
+        Input("prepare --out a symlink loop", [*PREPARE, "--synthetic", "8", "--out", str(loop)]),
+        Input(
+            "tool: an unknown flag before a value", [*STEP, "--preset", "cpu-smoke", "--frob", "3"]
+        ),  # fmt: skip
+    ]
+
+
+def inputs(d: Path) -> list[Input]:
+    """Every bad input; `d` is the scratch directory."""
+    return issue_52(d) + own(d) + [Input(what, argv) for what, argv in earlier(d)]
+
+
+def earlier(d: Path) -> list[tuple[str, list[str]]]:
+    """The inputs before issue 52, as (what, argv)."""
     step, loader, text, binary = d / "step.json", d / "loader.json", d / "notes.txt", d / "x.bin"
     data, blocked = d / "dataset", d / "notes.txt" / "sub" / "out.json"
     smoke = [*STEP, "--preset", "cpu-smoke"]
@@ -190,7 +331,6 @@ def inputs(d: Path) -> list[tuple[str, list[str]]]:
         ("prepare --synthetic 0", [*PREPARE, "--synthetic", "0", "--out", str(d / "new")]),
         ("prepare without --out", [*PREPARE, "--synthetic", "8"]),
         ("validate a binary file", [*VALIDATE, str(binary)]),
-        ("validate a directory", [*VALIDATE, str(d)]),
         ("validate a missing file", [*VALIDATE, str(d / "none.json")]),
         ("compare a binary file", [*COMPARE, str(binary)]),
         ("compare step with loader", [*COMPARE, str(step), str(loader)]),
@@ -201,9 +341,12 @@ def inputs(d: Path) -> list[tuple[str, list[str]]]:
         ("compare --run-noise -1", [*COMPARE, str(step), str(step), "--run-noise", "-1"]),
         (
             "compare --plot onto the reference",
-            [*COMPARE, str(step), str(step), "--plot", str(step)],
+            [*COMPARE, str(step), str(d / "copy.json"), "--plot", str(d / "copy.json")],
         ),
-        ("compare --plot under a file", [*COMPARE, str(step), str(step), "--plot", str(blocked)]),
+        (
+            "compare --plot under a file",
+            [*COMPARE, str(step), str(d / "copy.json"), "--plot", str(blocked)],
+        ),
         ("schema --export onto a file", [*SCHEMA, "--export", str(text)]),
         ("site --out another build is writing", [*SITE, str(d), "--out", str(d / HELD_SITE)]),
         ("launch --processes 3", [*LAUNCH, "--processes", "3", "--json-out", str(d / "m.json")]),
@@ -213,9 +356,21 @@ def inputs(d: Path) -> list[tuple[str, list[str]]]:
 def scratch() -> Path:
     d = Path(tempfile.mkdtemp(prefix="dew-bad-inputs-"))
     shutil.copy(PUBLISHED / "2026-09-02-rtx4080-6b0f119-small.json", d / "step.json")
+    shutil.copy(PUBLISHED / "2026-09-02-rtx4080-6b0f119-small.json", d / "copy.json")
     shutil.copy(PUBLISHED / "oxford-flowers-loader.json", d / "loader.json")
+    smoke = RESULTS / "runs" / "20261203T072630Z-cpu-smoke-two-cpu-d90a3f0" / "step.json"
+    shutil.copy(smoke, d / "smoke.json")
+    shutil.copy(RESULTS / "noise.json", d / "noise.json")
+    plan = RESULTS / "runs" / "20261204T174405Z-ab-cpu-smoke-cpu-cbb6b2f" / "ab-plan.json"
+    shutil.copy(plan, d / "ab-plan.json")
     (d / "notes.txt").write_text("a text file\n")
     (d / "x.bin").write_bytes(bytes(range(256)))
+    (d / "list.json").write_text("[1]\n")
+    (d / "kind.json").write_text('{"kind": "step"}\n')
+    (d / "loop").symlink_to(d / "loop")
+    (d / "mine").mkdir()
+    (d / "mine" / "environment.schema.json").write_text("the user's own notes\n")
+    (d / "empty").mkdir()
     subprocess.run([*PREPARE, "--synthetic", "8", "--out", str(d / "dataset")], check=True,
                    capture_output=True)  # fmt: skip
     return d
@@ -225,8 +380,25 @@ def snapshot(d: Path) -> dict[str, str]:
     return {
         str(p.relative_to(d)): hashlib.sha256(p.read_bytes()).hexdigest()
         for p in sorted(d.rglob("*"))
-        if p.is_file()
+        if p.is_file() and not p.is_symlink()
     }
+
+
+def shown(argv: list[str], d: Path) -> str:
+    """The command as a user types it: `dew ...`, `tools/...`, scratch paths as $D/...;
+    a long list of files (validate $(find ...)) as its first and a count."""
+    words = [str(word) for word in argv]
+    if words[:3] == [sys.executable, "-m", "dew.commands"]:
+        words = ["dew", *words[3:]]
+    elif words[:2] == [sys.executable, "-m"]:
+        words = ["python", *words[1:]]
+    elif words and words[0] == sys.executable:
+        words = ["python", *words[1:]]
+    words = [word.replace(str(REPO) + "/", "") for word in words]
+    words = [word if len(word) < 80 else word[:30] + "…" + word[-12:] for word in words]
+    if len(words) > 12:
+        words = [*words[:4], f"… ({len(words) - 4} more)"]
+    return shlex.join(words).replace(str(d), "$D")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -235,11 +407,14 @@ class Args:
 
     markdown: bool = False
     """print the table as Markdown"""
+    only: str | None = None
+    """run only the inputs whose description contains this text"""
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    return cli.run("bad_inputs", lambda: check(cli.parse(Args, argv, prog="scripts/bad_inputs.py")))
+    prog = "scripts/bad_inputs.py"
+    return cli.run(prog, lambda: check(cli.parse(Args, argv, prog=prog)))
 
 
 def check(args: Args) -> int:
@@ -252,23 +427,32 @@ def check(args: Args) -> int:
 def check_in(d: Path, args: Args) -> int:
     before = snapshot(d)
     env = dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu"))
+    env.pop("DEW_TYPED_COMMAND", None)
+    chosen = [i for i in inputs(d) if args.only is None or args.only in i.what]
     bad = 0
     if args.markdown:
-        print("| input | exit | stderr |\n|---|---|---|")
-    for what, argv in inputs(d):
-        done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=d)
+        print("| input | command | exit | stderr |\n|---|---|---|---|")
+    for item in chosen:
+        done = subprocess.run(item.argv, capture_output=True, text=True, env=env, cwd=d)
         lines = [line for line in done.stderr.splitlines() if line.strip()]
         lines = [line for line in lines if "simulated CPU devices" not in line]
-        ok = done.returncode == 2 and len(lines) == 1 and "Traceback" not in done.stderr
+        ok = done.returncode == item.exit and "Traceback" not in done.stderr
+        ok = ok and (item.lines is None or len(lines) == item.lines)
         bad += not ok
-        shown = " / ".join(lines) if len(lines) < 4 else f"{len(lines)} lines: {lines[-1]}"
+        said = " / ".join(lines) if len(lines) < 4 else f"{len(lines)} lines: {lines[-1]}"
+        if item.exit == 0 and not lines:
+            out = done.stdout.strip().splitlines()
+            said = f"(stdout, {len(out)} lines: {out[-1] if out else ''})"
+        command = shown(item.argv, d)
         if args.markdown:
-            print(f"| {what} | {done.returncode} | `{shown}` |")
+            cells = [item.what, f"`{command}`", str(done.returncode), f"`{said}`"]
+            print("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
         else:
-            print(f"{'ok ' if ok else 'BAD'} {done.returncode} {what}: {shown}")
-    changed = [name for name, digest in snapshot(d).items() if before.get(name) != digest]
-    changed += [name for name in before if name not in snapshot(d)]
-    print(f"{len(inputs(d))} inputs, {bad} not refused in one line; files changed: {changed}")
+            print(f"{'ok ' if ok else 'BAD'} {done.returncode} {item.what}: {command}\n    {said}")
+    after = snapshot(d)
+    changed = [name for name, digest in after.items() if before.get(name) != digest]
+    changed += [name for name in before if name not in after]
+    print(f"\n{len(chosen)} inputs, {bad} not ended as expected; files changed: {changed}")
     shutil.rmtree(d)
     return 0 if bad == 0 and not changed else 1
 

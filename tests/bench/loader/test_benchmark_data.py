@@ -206,9 +206,9 @@ def test_bad_input_is_one_line(prepared, tmp_path, capsys, extra, expected):
         ([], "missing the subcommand; valid: data:oxford-flowers, data:synthetic-images"),
         (
             ["data:oxford-flowers", "--data.loading.workers", "two"],
-            "--data.loading.workers: invalid literal for int()",
+            "--data.loading.workers: 'two' is not an integer",
         ),
-        (["data:oxford-flowers", "--bogus", "3"], "unrecognized argument --bogus 3"),
+        (["data:oxford-flowers", "--bogus", "3"], "unrecognized argument --bogus;"),
     ],
     ids=["unknown-dataset", "no-dataset", "workers-not-a-number", "unknown-flag"],
 )

@@ -103,8 +103,9 @@ def unknown_flags(args_type: type, argv: Sequence[str]) -> list[str]:
         for spelling in (flag(field.name), "--" + field.name):
             known |= {spelling, "--no-" + spelling[2:]}
             nested.append(spelling + ".")
-        if dataclasses.is_dataclass(hints.get(field.name)):
-            nested.append("--")  # a subcommand's flags are its own: not judged here
+        hint = hints.get(field.name)
+        if any(map(dataclasses.is_dataclass, (hint, *typing.get_args(hint)))):
+            nested.append("--")  # a config's or subcommand's flags: tyro's to judge
     return [
         word
         for word in argv
@@ -177,6 +178,12 @@ def _raise_usage_error(event: Any) -> None:
                 if kind != "{None}"
             ]
             message = f"{union.group(2)} is not {' or '.join(kinds)}"
+        # Python's words for a bad number: say what the value is not, in dew's
+        number = re.match(r"(could not convert string to float|invalid literal for int\(\) "
+                          r"with base 10): (.+)$", message)  # fmt: skip
+        if number:
+            kind = "a number" if number.group(1).startswith("could") else "an integer"
+            message = f"{number.group(2)} is not {kind}"
         raise UsageError(f"{where}{message}")
     raise UsageError(f"invalid command line ({type(event).__name__})")
 

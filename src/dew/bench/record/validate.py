@@ -115,7 +115,8 @@ def load(path: Path, role: str = "") -> BenchmarkRun:
     kind = document_kind(json.loads(text))
     if kind not in (RECORD, None):
         name = f"{role} {path}" if role else str(path)
-        raise UsageError(f"{name} is a {kind} dew wrote, not a results record; give a "
+        article = "an" if kind[0] in "AEIOU" else "a"
+        raise UsageError(f"{name} is {article} {kind} dew wrote, not a results record; give a "
                          "record (the --json-out of dew step or dew data)")  # fmt: skip
     record, errors = check_text(text)
     if errors:
