@@ -151,6 +151,8 @@ def _validate(argv: list[str], prog: str) -> int:
     args = cli.parse(Args, argv, prog=prog)
     if not args.paths:
         raise UsageError("missing PATH: give one or more files dew wrote, or folders of them")
+    if "" in args.paths:  # Path("") is the current folder: never what an empty word meant
+        raise UsageError("PATH is empty: give a file dew wrote, or a folder of them")
     given = {Path(name) for name in args.paths}
     paths = [path for name in args.paths for path in files_under(Path(name))]
     invalid = unreadable = 0
