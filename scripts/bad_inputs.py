@@ -138,6 +138,9 @@ def own(d: Path) -> list[Input]:
         Input("step --repeats past 32 bits", [*smoke, "--repeats", HUGE]),
         Input("step --json-out a symlink loop", [*smoke, "--json-out", str(loop)]),
         Input('step --json-out ""', [*smoke, "--json-out", ""]),
+        Input('step --log-dir ""', [*smoke, "--log-dir", ""]),
+        Input('data --json-out ""', [*synthetic, "--json-out", ""]),
+        Input('report ""', [*SITE, ""]),
         Input("step --json-out a 300-character name", [*smoke, "--json-out", str(long)]),
         Input("step --profile-dir a symlink loop", [*smoke, "--profile-dir", str(loop)]),
         Input("step an unknown flag before a value", [*smoke, "--frob", "3"]),
@@ -394,7 +397,7 @@ def shown(argv: list[str], d: Path) -> str:
         words = ["python", *words[1:]]
     elif words and words[0] == sys.executable:
         words = ["python", *words[1:]]
-    words = [word.replace(str(REPO) + "/", "") for word in words]
+    words = [word.replace(str(REPO) + "/", "") for word in words]  # as typed in a checkout
     words = [word if len(word) < 80 else word[:30] + "…" + word[-12:] for word in words]
     if len(words) > 12:
         words = [*words[:4], f"… ({len(words) - 4} more)"]
@@ -440,6 +443,7 @@ def check_in(d: Path, args: Args) -> int:
         ok = ok and (item.lines is None or len(lines) == item.lines)
         bad += not ok
         said = " / ".join(lines) if len(lines) < 4 else f"{len(lines)} lines: {lines[-1]}"
+        said = said.replace(str(d), "$D").replace(str(REPO) + "/", "")
         if item.exit == 0 and not lines:
             out = done.stdout.strip().splitlines()
             said = f"(stdout, {len(out)} lines: {out[-1] if out else ''})"

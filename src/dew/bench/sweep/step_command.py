@@ -199,8 +199,8 @@ def malloc(options: Options, platform: str | None) -> Options:
 
 
 def check_outputs(args: Args) -> None:
-    """Every path the run writes, before any work."""
-    if args.json_out:
+    """Every path the run writes, before any work (an empty one is refused, not skipped)."""
+    if args.json_out is not None:
         check_output_file(
             args.json_out,
             flag="--json-out",
@@ -208,10 +208,12 @@ def check_outputs(args: Args) -> None:
             resume=args.resume,
             may_resume=True,
         )
-    if args.profile_dir:
+    if args.profile_dir is not None:
         check_output_dir(args.profile_dir, flag="--profile-dir")
-    if args.compilation_cache_dir and args.compilation_cache_dir != CACHE_OFF:
+    if args.compilation_cache_dir is not None and args.compilation_cache_dir != CACHE_OFF:
         check_output_dir(args.compilation_cache_dir, flag="--compilation-cache-dir")
+    if args.log_dir == "":
+        check_output_dir(args.log_dir, flag="--log-dir")
     logs = case_log_dir(args.log_dir, args.json_out)
     if logs:  # a rerun (--resume) adds its logs beside the earlier ones
         check_output_dir(logs, flag="--log-dir")
