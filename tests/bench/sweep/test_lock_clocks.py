@@ -267,7 +267,7 @@ def body():
             time.sleep(120)
     return 0
 
-sys.exit(faults("benchmark_step", body))
+sys.exit(faults("tools/benchmark_step.py", body))
 """
 
 
