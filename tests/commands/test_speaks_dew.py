@@ -181,3 +181,20 @@ def test_every_verdict_word_is_documented_with_its_exit_status():
     for outcome, code in judge.EXIT_CODES.items():
         assert documented[outcome].startswith(str(code)), outcome
     assert documented["PARITY"] == "0" and documented["NO PARITY"] == "1"
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["validate", ""], "dew validate: error: PATH is empty"),
+        (["report", ""], "dew report: error: DIRS holds an empty path"),
+        (["schema", "--export", ""], "dew schema: error: --export is empty"),
+        (["step", "--preset", "cpu-smoke", "--json-out", ""], "dew step: error: --json-out is "),
+        (["step", "--preset", "cpu-smoke", "--log-dir", ""], "dew step: error: --log-dir is "),
+    ],
+)
+def test_an_empty_word_is_refused_not_read_as_this_folder(tmp_path, argv, said):
+    """Path("") is ".": `--export ""` wrote four files here, `report ""` a whole site."""
+    (tmp_path / "step.json").write_text(SMALL.read_text())
+    assert one_line(dew(*argv, cwd=tmp_path)).startswith(said)
+    assert [p.name for p in tmp_path.iterdir()] == ["step.json"]

@@ -232,6 +232,8 @@ def _skipped(lines: Sequence[str], prog: str) -> None:
 
 
 def _main(args: Args, prog: str = PROG) -> int:
+    if "" in args.dirs:  # Path("") is the current folder: never what an empty word meant
+        raise cli.UsageError("DIRS holds an empty path; give folders of records")
     dirs = [Path(d) for d in args.dirs]
     try:
         summary = build_site(dirs, Path(args.out))
