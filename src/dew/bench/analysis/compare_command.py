@@ -1,8 +1,7 @@
 """Hold a run against a reference record: did it reproduce, and if not, why?
 
-`python -m dew.bench.analysis.compare_command RUN [REFERENCE] [--band PCT] [--alpha 0.05]
-[--history DIR] [--target-mde 10] [--run-noise PCT] [--format md|text|json] [--plot PNG]
-[--overwrite] [--strict]`
+`dew compare RUN [REFERENCE] [--band PCT] [--alpha 0.05] [--history DIR] [--target-mde 10]
+[--run-noise PCT] [--format auto|md|text|json] [--plot PNG] [--overwrite] [--strict]`
 
 First the stack differences (packages, driver, device, env flags, commit, settings), then
 the noise assumed (the device kind's process level, run level and whole-run shift, fitted
@@ -25,8 +24,10 @@ input or an existing file (unless --overwrite) before anything is printed.
 
 Exit 0: REPRODUCED (every comparable row shown the same); 1: NOT REPRODUCED (the shift or
 a row faster or slower, or a row that ran in the reference fails now); 3: INCONCLUSIVE
-(anything else, nothing compared too; 1 with --strict); 2 for bad input: flags, a file
-that is no valid record, records of two kinds, an unwritable --plot.
+(anything else; 1 with --strict); 2 for bad input: flags, a file that is no valid record,
+records of two kinds, one file given twice, records with no comparable row (other cases: a
+usage mistake, not a verdict), an unwritable --plot. On a terminal (--format auto) the
+report fits its width (tables.terminal_table); a file or a pipe gets the full Markdown.
 """
 
 from __future__ import annotations
