@@ -7,8 +7,9 @@ on the front page). The other JSON dew writes beside its records (the run level
 `noise.json`, an A/B's `ab-plan.json`, a comparison's `compare.json`, the sweep timings,
 the JSON Schemas) is known by its keys (dew.bench.record.schema.documents), checked
 against its own model and listed by kind (`others`), never as a broken record (one that
-breaks its own model is skipped with its line); any other JSON object is ignored quietly. A file that is not JSON at all is
-skipped with its line. Nothing under the site's own output directory is read.
+breaks its own model is skipped with its line); any other JSON object is ignored quietly.
+A file that is not JSON at all is skipped with its line. Nothing under the site's own
+output directory is read.
 """
 
 from __future__ import annotations
