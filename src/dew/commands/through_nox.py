@@ -42,15 +42,15 @@ def run_session(name: str, help_text: str, argv: list[str], check) -> int:
         print(help_text, end="")
         return 0
     prog = f"dew {name}"
+    noxfile = ROOT / "noxfile.py"
+    if not noxfile.is_file():  # the checks need the checkout's tool too
+        say(prog, f"runs in a checkout of dew (its noxfile.py); {ROOT} has none")
+        return EXIT_USAGE
     os.environ[TYPED_COMMAND] = prog  # nox's session names it too, in its error lines
     try:
         check(argv, sys.executable)
     except SystemExit as stop:  # the sessions' usage(): its line is out
         return stop.code if isinstance(stop.code, int) else EXIT_USAGE
-    noxfile = ROOT / "noxfile.py"
-    if not noxfile.is_file():
-        say(prog, f"runs in a checkout of dew (its noxfile.py); {ROOT} has none")
-        return EXIT_USAGE
     nox = nox_argv()
     if nox is None:
         say(prog, "needs nox: python3.12 -m pip install nox")
