@@ -179,16 +179,17 @@ def terminal_table(
                 said = [w for w in cells[at].split("; ") if w]
                 refs = [notes.setdefault(w, len(notes) + 1) for w in said]
                 cells[at] = " ".join(f"[{n}]" for n in refs)
-    dropped = []
-    for name in drops:
-        if _aligned_width(headers, body) <= width or name not in headers:
-            continue
-        at = headers.index(name)
-        headers.pop(at)
-        for cells in body:
-            if len(cells) > at and not cells[at].startswith("failed: "):
-                cells.pop(at)
-        dropped.append(name)
+    dropped: list[str] = []
+    for name in drops:  # in order, until it fits
+        if _aligned_width(*_without(headers, body, dropped)) <= width:
+            break
+        if name in headers:
+            dropped.append(name)
+    for name in reversed(dropped[:]):  # then back what still fits: a wide late drop may
+        fewer = [other for other in dropped if other != name]  # have made room enough
+        if _aligned_width(*_without(headers, body, fewer)) <= width:
+            dropped = fewer
+    headers, body = _without(headers, body, dropped)
     shortened = _shorten(headers, body, width)
     text = table(headers, body, "aligned")
     for note, n in notes.items():
@@ -199,6 +200,18 @@ def terminal_table(
         said = "; ".join(filter(None, (left, cut)))
         text += wrapped(f"({said}; --format md or the record has them whole)", width)
     return text
+
+
+def _without(headers: list[str], body: list[list[str]], names: Sequence[str]):
+    """The table without the columns `names` (a failed row's spanning error stays)."""
+    keep = [at for at, name in enumerate(headers) if name not in names]
+    rows = [
+        [cells[at] for at in keep if at < len(cells)]
+        if len(cells) == len(headers) or not cells[-1].startswith("failed: ")
+        else [cells[at] for at in keep if at < len(cells) - 1] + [cells[-1]]
+        for cells in body
+    ]
+    return [headers[at] for at in keep], rows
 
 
 def _shorten(headers: list[str], body: list[list[str]], width: int) -> bool:
