@@ -81,7 +81,7 @@ def sweep(args: Args, cache: Path, record: Path) -> dict:
     cpu = _children_cpu() - used  # every process of the sweep: it waits for all of them
     if done.returncode == cli.EXIT_USAGE:  # its input was refused: say why, time nothing
         said = [line for line in done.stderr.splitlines() if line.strip()]
-        why = said[-1].removeprefix("benchmark_step: error: ") if said else None
+        why = said[-1].removeprefix("tools/benchmark_step.py: error: ") if said else None
         raise cli.UsageError(why or "benchmark_step refused its input")
     return {
         "wall_s": round(wall, 1),

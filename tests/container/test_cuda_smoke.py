@@ -41,14 +41,14 @@ def test_an_unknown_variant_is_one_line_and_exit_2(capsys):
         smoke.cuda_arguments(["cuda11", "--steps", "3"])
     assert stopped.value.code == 2
     err = capsys.readouterr().err
-    assert err == "cuda-smoke: error: unknown variant 'cuda11'; valid: cuda12, cuda13\n"
+    assert err == "nox -s cuda-smoke: error: unknown variant 'cuda11'; valid: cuda12, cuda13\n"
 
 
 def test_nox_refuses_an_unknown_variant_before_building_anything():
     done = _run_nox(nox_command(), "--", "cuda11", timeout=120)
     assert done.returncode == 2, done.stderr
     errors = [line for line in done.stderr.splitlines() if not line.startswith("nox > ")]
-    assert errors == ["cuda-smoke: error: unknown variant 'cuda11'; valid: cuda12, cuda13"]
+    assert errors == ["nox -s cuda-smoke: error: unknown variant 'cuda11'; valid: cuda12, cuda13"]
 
 
 def test_the_variant_defaults_to_cuda13_and_the_three_cases_yield_to_given_ones():

@@ -177,7 +177,9 @@ def _session(posargs, env, timeout=120, venv: Path | None = None) -> subprocess.
 
 
 def _error_lines(result: subprocess.CompletedProcess) -> list[str]:
-    return [line for line in result.stderr.splitlines() if line.startswith("bench-gpu: error: ")]
+    return [
+        line for line in result.stderr.splitlines() if line.startswith("nox -s bench-gpu: error: ")
+    ]
 
 
 def _host(tmp_path: Path, **extra) -> dict[str, str]:
@@ -206,7 +208,7 @@ def test_podman_without_a_cdi_spec_is_refused_before_anything_is_built(tmp_path)
     result = _session(["--architectures", "simple_dit"], env)
     assert result.returncode == 2, result.stderr[-2000:]
     assert _error_lines(result) == [
-        f"bench-gpu: error: podman finds no CDI spec naming nvidia.com/gpu in {tmp_path / 'cdi'}: "
+        f"nox -s bench-gpu: error: podman finds no CDI spec naming nvidia.com/gpu in {tmp_path / 'cdi'}: "
         "generate it with `sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml` "
         "(NVIDIA Container Toolkit)"
     ]
@@ -229,7 +231,7 @@ def test_docker_without_the_nvidia_toolkit_is_refused_before_anything_is_built(t
     result = _session([], env)
     assert result.returncode == 2, result.stderr[-2000:]
     assert _error_lines(result) == [
-        "bench-gpu: error: docker has no NVIDIA Container Toolkit here (no `nvidia` runtime in "
+        "nox -s bench-gpu: error: docker has no NVIDIA Container Toolkit here (no `nvidia` runtime in "
         "`docker info`, none of nvidia-container-cli, nvidia-ctk, nvidia-container-runtime-hook "
         "on PATH): install it, then `sudo nvidia-ctk runtime configure --runtime=docker && "
         "sudo systemctl restart docker`"
@@ -263,13 +265,13 @@ def test_an_old_driver_and_a_bad_variant_are_one_line_exit_2(tmp_path):
     result = _session([], env)
     assert result.returncode == 2
     assert _error_lines(result) == [
-        "bench-gpu: error: driver 550.54.15 is older than cuda13 needs (580+): "
+        "nox -s bench-gpu: error: driver 550.54.15 is older than cuda13 needs (580+): "
         "update the NVIDIA driver or use --variant cuda12"
     ]
     result = _session(["--variant", "cuda11"], env)
     assert result.returncode == 2
     assert _error_lines(result) == [
-        "bench-gpu: error: --variant 'cuda11' is not one of: cuda12, cuda13"
+        "nox -s bench-gpu: error: --variant 'cuda11' is not one of: cuda12, cuda13"
     ]
 
 

@@ -105,10 +105,12 @@ def test_ab_and_reproduce_take_a_package_from_outside_dew(tmp_path):
         kept += made_since(started, "*-reproduce-*")
         assert refused.returncode == 2, refused.stderr[-2000:]
         errors = [
-            line for line in refused.stderr.splitlines() if line.startswith("reproduce: error:")
+            line
+            for line in refused.stderr.splitlines()
+            if line.startswith("nox -s reproduce: error:")
         ]
         assert errors == [
-            f"reproduce: error: record a.json used dew-example 0.1.0 {first[:7]} from outside dew, "
+            f"nox -s reproduce: error: record a.json used dew-example 0.1.0 {first[:7]} from outside dew, "
             "which dew's image lacks: give it with --outside PATH[@REV] (its git checkout or "
             "folder) or --outside WHEEL"
         ]

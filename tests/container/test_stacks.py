@@ -129,7 +129,17 @@ def test_the_issue_command_line_parses():
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["A", "B", "--architectures", "uvit", "--rounds", "0"], "--rounds must be at least 1"),
+        (["A", "B", "--architectures", "uvit", "--rounds", "0"], "--rounds must be at least 2"),
+        # a verdict needs two paired rounds: refused here, not after both images are built
+        (["A", "B", "--architectures", "uvit", "--rounds", "1"], "--rounds must be at least 2"),
+        # 0 is refused, not read as "the preset's steps"
+        (["A", "B", "--architectures", "uvit", "--steps", "0"], "--steps must be at least 1"),
+        (
+            ["A", "B", "--architectures", "uvit", "--steps", "-3"],
+            r"--steps must be at least 1 \(got -3\)",
+        ),
+        (["A", "B", "--architectures", "uvit", "--warmup", "-1"], "--warmup must be at least 0"),
+        (["A", "B", "--architectures", "uvit", "--steps", str(2**40)], "--steps must be at most"),
         (["A", "--architectures", "uvit"], "ab takes two stacks A and B, got 1"),
         (["A", "B"], "ab needs --architectures, --cases or --step"),
         (["A", "B", "--cases", "{"], "--cases: not valid JSON"),
@@ -145,6 +155,28 @@ def test_bad_ab_input_is_one_line(argv, message):
     with pytest.raises(UsageError, match=message) as error:
         ab.parse_ab(argv)
     assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--architectures", "nope"], "unknown architecture 'nope' for preset 'cpu-smoke'"),
+        (["--preset", "big", "--architectures", "uvit"], "--preset 'big' is not valid"),
+        (
+            ["--cases", '[{"architecture": "uvit", "batch": 0}]'],
+            r"--cases\[0\]: invalid Case.batch",
+        ),
+        (["--step", "no_such_module:make_step"], "--step no_such_module:make_step"),
+    ],
+)
+def test_the_cases_are_checked_by_this_checkouts_tool_before_any_image(argv, message):
+    """What only dew knows (its architectures, presets, configs) is checked by the step
+    tool's --check-only in a Python with dew, the session's venv, before any image."""
+    args = ab.parse_ab(["A", "B", *argv])
+    with pytest.raises(UsageError, match=message) as error:
+        ab.check_cases(sys.executable, args)
+    assert "\n" not in str(error.value) and "tools/benchmark_step.py" not in str(error.value)
+    ab.check_cases(sys.executable, ab.parse_ab(["A", "B", "--architectures", "uvit"]))
 
 
 def test_an_unknown_side_is_neither_record_commit_nor_image():

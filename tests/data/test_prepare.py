@@ -42,9 +42,9 @@ def one_error_line(capsys) -> str:
     captured = capsys.readouterr()
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1, lines
-    assert lines[0].startswith("prepare_dataset: error: "), lines[0]
+    assert lines[0].startswith("tools/prepare_dataset.py: error: "), lines[0]
     assert captured.out == ""
-    return lines[0].removeprefix("prepare_dataset: error: ")
+    return lines[0].removeprefix("tools/prepare_dataset.py: error: ")
 
 
 def test_the_102_class_names():

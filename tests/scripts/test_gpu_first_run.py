@@ -198,7 +198,9 @@ def test_a_refused_clock_lock_runs_the_step_stage_again_without_it(script, tmp_p
         if name == "step":
             steps.append(argv)
             if "--lock-clocks" in argv:
-                (args["out"] / "step.log").write_text("benchmark_step: error: no permission\n")
+                (args["out"] / "step.log").write_text(
+                    "tools/benchmark_step.py: error: no permission\n"
+                )
                 return 2
             published = REPO / "results/published/2026-09-05-rtx4080-9886c20-rerun.json"
             (args["out"] / "step.json").write_text(published.read_text())
@@ -214,7 +216,9 @@ def test_a_refused_clock_lock_runs_the_step_stage_again_without_it(script, tmp_p
     assert cases[0] == {"architecture": "simple_dit", "attention_impl": "cudnn"}
     assert steps[1][steps[1].index("--repeats") + 1] == "3"
     summary = (tmp_path / "run" / "summary.md").read_text()
-    refused = "| clocks | refused, the step stage ran again without: benchmark_step: error: "
+    refused = (
+        "| clocks | refused, the step stage ran again without: tools/benchmark_step.py: error: "
+    )
     assert refused in summary
     assert "| step benchmark | ok |" in summary
 

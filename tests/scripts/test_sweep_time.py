@@ -29,7 +29,9 @@ def test_input_benchmark_step_refuses_is_one_line_and_exit_2(tmp_path, argv, sai
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("sweep_time: error: "), lines
     assert said in lines[0]
-    assert "benchmark_step: error" not in lines[0] and not out.exists() and done.stdout == ""
+    assert (
+        "tools/benchmark_step.py: error" not in lines[0] and not out.exists() and done.stdout == ""
+    )
 
 
 def test_an_out_under_results_is_one_line_and_exit_2_before_any_sweep():

@@ -7,6 +7,6 @@ SUMMARY = "two stacks timed side by side in paired, interleaved rounds (nox -s a
 
 def main(argv: list[str]) -> int:
     from dew.commands.through_nox import run_session
-    from dew.host.sessions.ab_session import help_text
+    from dew.host.sessions.ab_session import check_arguments, help_text
 
-    return run_session("ab", help_text("dew ab"), argv)
+    return run_session("ab", help_text("dew ab"), argv, check_arguments)

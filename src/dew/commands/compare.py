@@ -8,4 +8,4 @@ SUMMARY = "hold a run against a reference: REPRODUCED 0, NOT REPRODUCED 1, INCON
 def main(argv: list[str]) -> int:
     from dew.bench.analysis.compare_command import main as compare
 
-    return compare(argv)
+    return compare(argv, prog="dew compare")

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from dew import __version__
-from dew.bench.common.errors import EXIT_USAGE, say
+from dew.bench.common.errors import EXIT_USAGE, say, stdout_closed
 
 PROG = "dew"
 # The subcommands in the order `dew --help` lists them: name -> module of dew.commands.
@@ -33,7 +33,13 @@ def help_text() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return dispatch(list(sys.argv[1:] if argv is None else argv))
+    except BrokenPipeError:  # `dew --help | head`: the reader left; no traceback
+        return stdout_closed()
+
+
+def dispatch(args: list[str]) -> int:
     if not args:
         print(help_text(), file=sys.stderr)
         return EXIT_USAGE

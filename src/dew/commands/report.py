@@ -19,4 +19,4 @@ def main(argv: list[str]) -> int:
         say("dew report", f"needs {error.name}, of the report extra: pip install 'dew[report]', "
                           "or run `nox -s report`, which builds its own venv")  # fmt: skip
         return EXIT_USAGE
-    return build(argv)
+    return build(argv, prog="dew report")

@@ -8,4 +8,4 @@ SUMMARY = "export the results JSON Schema (--export DIR; nox -s schema: results/
 def main(argv: list[str]) -> int:
     from dew.bench.record.schema.__main__ import main as export
 
-    return export(argv)
+    return export(argv, prog="dew schema")

@@ -4,12 +4,14 @@ checkout's locks, so they run as `nox -f <checkout>/noxfile.py -s NAME -- ARGS`;
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 from dew.bench.common.errors import EXIT_USAGE, say
+from dew.host.benchmarks import TYPED_COMMAND
 from dew.host.engine import ROOT
 
 
@@ -33,15 +35,22 @@ def from_here(arg: str) -> str:
     return str(Path(path).resolve()) + at + rev
 
 
-def run_session(name: str, help_text: str, argv: list[str]) -> int:
+def run_session(name: str, help_text: str, argv: list[str], check) -> int:
+    """`check(argv, python)`: the session's own checks of every argument, run here first
+    (one line naming `dew NAME`, exit 2, before nox starts or any image is built)."""
     if {"-h", "--help"} & set(argv):
         print(help_text, end="")
         return 0
     prog = f"dew {name}"
     noxfile = ROOT / "noxfile.py"
-    if not noxfile.is_file():
+    if not noxfile.is_file():  # the checks need the checkout's tool too
         say(prog, f"runs in a checkout of dew (its noxfile.py); {ROOT} has none")
         return EXIT_USAGE
+    os.environ[TYPED_COMMAND] = prog  # nox's session names it too, in its error lines
+    try:
+        check(argv, sys.executable)
+    except SystemExit as stop:  # the sessions' usage(): its line is out
+        return stop.code if isinstance(stop.code, int) else EXIT_USAGE
     nox = nox_argv()
     if nox is None:
         say(prog, "needs nox: python3.12 -m pip install nox")

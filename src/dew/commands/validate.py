@@ -8,4 +8,4 @@ SUMMARY = "check record files against the results schema"
 def main(argv: list[str]) -> int:
     from dew.bench.record.validate import main as validate
 
-    return validate(argv)
+    return validate(argv, prog="dew validate")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import time
 from collections.abc import Sequence
@@ -13,21 +14,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dew.bench.common.arguments import OneLineParser
-from dew.bench.common.errors import UsageError
-from dew.host.engine import VARIANTS, image_exists
+from dew.bench.common.errors import UsageError, check_count
+from dew.host.engine import ROOT, VARIANTS, image_exists
 from dew.host.image import image_from_ref
 from dew.host.outside_sources import site_env, site_mounts
 from dew.host.runner import run_argv, to_image_path
 from dew.host.stack_images import StackSpec, Unreproducible, git, resolve_commit, spec_from_record
 
 TOOL = "tools/benchmark_step.py"
+DEFAULT_ROUNDS = 7  # the fewest whose signed-rank test can reach p < 0.05 over two cases
+MIN_ROUNDS = 2  # dew.bench.analysis.ab: a verdict needs two paired rounds or more
 
 
 @dataclass
 class AbArgs:
     a: str
     b: str
-    rounds: int = 7  # the fewest whose signed-rank test can reach p < 0.05 over two cases
+    rounds: int = DEFAULT_ROUNDS
     preset: str | None = None
     architectures: list[str] = field(default_factory=list)
     cases: list[dict] = field(default_factory=list)
@@ -48,8 +51,9 @@ def ab_parser(prog: str, description: str = "") -> OneLineParser:
     add = parser.add_argument
     add("stacks", nargs="*", metavar="STACK", help="A, then B: each a commit, a record (its "
         "stack) or an image")  # fmt: skip
-    add("--rounds", type=int, default=7, help="paired rounds (7: the fewest whose signed-rank "
-        "test can reach p < 0.05 over two cases)")  # fmt: skip
+    add("--rounds", type=int, default=DEFAULT_ROUNDS, help=f"paired rounds, {MIN_ROUNDS} or "
+        f"more (a verdict needs {MIN_ROUNDS}); default {DEFAULT_ROUNDS}, the fewest whose "
+        "signed-rank test can reach p < 0.05 over two cases")  # fmt: skip
     add("--preset", help="the cases' preset (default: cpu-smoke on cpu, small on a GPU)")
     add("--architectures", nargs="+", default=[], metavar="NAME", help="one case each")
     add("--cases", type=_cases, default=[], metavar="JSON", help="a JSON list of case fields")
@@ -105,8 +109,11 @@ def parse_ab(argv: Sequence[str]) -> AbArgs:
         outside={name: [*parsed.outside, *getattr(parsed, f"{s}_outside")]
                  for name, s in sides.items()},
     )  # fmt: skip
-    if args.rounds < 1:
-        raise UsageError(f"--rounds must be at least 1 (got {args.rounds})")
+    check_count("rounds", args.rounds, MIN_ROUNDS)
+    if args.steps is not None:  # 0 is refused, not read as "the preset's"
+        check_count("steps", args.steps, 1)
+    if args.warmup is not None:
+        check_count("warmup", args.warmup, 0)
     if not args.architectures and not args.cases and not args.step_factories:
         raise UsageError(
             "ab needs --architectures, --cases or --step: each case runs in its own process"
@@ -178,6 +185,34 @@ def units(args: AbArgs) -> list[dict]:
     return named + steps
 
 
+def tool_flags(args: AbArgs) -> list[str]:
+    """The step tool's flags every unit shares."""
+    tool = ["--preset", args.preset, "--idle-check", "off", "--format", "md"]
+    tool += ["--steps", str(args.steps)] if args.steps is not None else []
+    return tool + (["--warmup", str(args.warmup)] if args.warmup is not None else [])
+
+
+def check_cases(python: str, args: AbArgs) -> None:
+    """Every unit's cases checked by this checkout's step tool (--check-only: the names, the
+    preset, each model's config) in `python`, a venv with dew, before any image is built;
+    UsageError with the tool's line. Skipped with code from outside dew: its architectures
+    and steps are known only once it is installed beside a side's stack."""
+    if any(args.outside.values()):
+        return
+    names = [arg for unit in units(args) if unit["args"][0] == "--architectures"
+             for arg in unit["args"][1:]]  # fmt: skip
+    checks = [["--architectures", *names]] if names else []
+    checks += [["--cases", json.dumps(args.cases)]] if args.cases else []
+    checks += [["--step", spec] for spec in args.step_factories]
+    for unit_args in checks:
+        argv = [python, str(ROOT / TOOL), *tool_flags(args), *unit_args, "--check-only"]
+        env = {**os.environ, "JAX_PLATFORMS": "cpu"}  # names and configs only: no device
+        done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env)
+        if done.returncode != 0:
+            lines = done.stderr.strip().splitlines() or [f"exit {done.returncode}"]
+            raise UsageError(lines[-1].removeprefix(f"{TOOL}: error: "))
+
+
 def order(round_index: int, unit_index: int) -> tuple[str, str]:
     """Which side goes first: alternating by round, and by case within a round."""
     return ("A", "B") if (round_index + unit_index) % 2 == 0 else ("B", "A")
@@ -190,9 +225,7 @@ def run_rounds(engine, sides: dict, args: AbArgs, run_dir: Path, env: dict, log=
     rounds_dir = run_dir / "rounds"
     rounds_dir.mkdir(parents=True, exist_ok=True)
     plan = units(args)
-    tool = ["--preset", args.preset, "--idle-check", "off", "--format", "md"]
-    tool += ["--steps", str(args.steps)] if args.steps else []
-    tool += ["--warmup", str(args.warmup)] if args.warmup is not None else []
+    tool = tool_flags(args)
     manifest = {
         "sides": {name: side.describe() for name, side in sides.items()},
         "rounds": args.rounds, "units": [unit["label"] for unit in plan],

@@ -24,10 +24,20 @@ SMOKE_ENV = {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_dev
 SMOKE_IMAGE_SIZE = 16
 
 
-def usage(prog: str, message: str):
-    """Bad input, or a host or stack the session cannot use: one line, exit 2 (nox's own
-    is 1)."""
-    say(prog, message)
+# Set by the dew command for the nox it starts (`dew ab` runs `nox -s ab`): the command the
+# user typed, which a session's error lines name.
+TYPED_COMMAND = "DEW_TYPED_COMMAND"
+
+
+def typed_command(session_name: str) -> str:
+    """How the user started session `session_name`: `dew ab`, else `nox -s ab`."""
+    return os.environ.get(TYPED_COMMAND) or f"nox -s {session_name}"
+
+
+def usage(session_name: str, message: str):
+    """Bad input, or a host or stack the session cannot use: one line naming the command
+    typed, exit 2 (nox's own is 1)."""
+    say(typed_command(session_name), message)
     raise SystemExit(EXIT_USAGE)
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from dew.bench.common.arguments import OneLineParser
 from dew.bench.common.errors import UsageError
+from dew.bench.common.files import read_json_object
 from dew.bench.record import stack
 from dew.host.bases import DEFAULT_BASE_IMAGE
 from dew.host.benchmarks import choose_engine, resolve_base, usage
@@ -29,7 +30,9 @@ from dew.host.stack_images import Unreproducible, choose_base, materialise, remo
 
 def reproduce_parser(prog: str, description: str = "") -> OneLineParser:
     """`reproduce RECORD.json [--outside SOURCE]... [--interleaved ROUNDS]`."""
-    parser = OneLineParser(prog=prog, description=description)
+    # One record: nargs="*" only so that two are refused in reproduce's own words.
+    usage = f"{prog} [-h] [--outside PATH[@REV]|WHEEL]... [--interleaved N] RECORD.json"
+    parser = OneLineParser(prog=prog, description=description, usage=usage)
     parser.add_argument(
         "record", nargs="*", metavar="RECORD.json", help="the step record to rerun (one)"
     )
@@ -83,15 +86,19 @@ def read_step_record(prog: str, path: Path) -> tuple[dict, dict, dict]:
     """The step record at `path` (a results record's JSON), its settings and environment;
     or one line and exit 2."""
     try:
-        record = json.loads(path.read_text())
-        settings, environment = record["settings"], record["environment"]
-    except (OSError, UnicodeDecodeError) as error:
-        usage(prog, f"{path}: cannot read it ({error})")
-    except (ValueError, KeyError, TypeError) as error:
-        usage(prog, f"{path} is not a results record ({error!r})")
+        record = json.loads(read_json_object(path, "RECORD"))
+    except UsageError as error:
+        usage(prog, str(error))
     if record.get("kind") != "step":
-        usage(prog, f"{path} is a {record.get('kind')!r} record; it takes 'step'")
-    return record, settings, environment
+        what = f"a {record['kind']!r} record" if isinstance(record.get("kind"), str) else (
+            "no results record (it has no kind)")  # fmt: skip
+        usage(prog, f"RECORD {path} is {what}; reproduce takes a step record (dew step's "
+                    "--json-out)")  # fmt: skip
+    for part in ("settings", "environment"):
+        if not isinstance(record.get(part), dict):
+            usage(prog, f"RECORD {path} is no results record: its {part!r} is missing or not "
+                        "an object (dew validate names every problem)")  # fmt: skip
+    return record, record["settings"], record["environment"]
 
 
 def engine_for(session, prog: str, variant: str):

@@ -165,8 +165,8 @@ def test_a_compile_only_run_has_no_json(tmp_path, capsys):
     "argv, expected",
     [
         ([], "missing"),
-        ([str(RERUN), "--format", "html"], "'html' is not valid; valid: md, text, json"),
-        ([str(RERUN), "--format", "yaml"], "'yaml' is not valid; valid: md, text, json"),
+        ([str(RERUN), "--format", "html"], "'html' is not valid; valid: auto, md, text, json"),
+        ([str(RERUN), "--format", "yaml"], "'yaml' is not valid; valid: auto, md, text, json"),
         ([str(RERUN), "--target-mde", "abc"], "--target-mde"),
         ([str(RERUN), "--run-noise", "much"], "--run-noise"),
         ([str(RERUN), "--band", "wide"], "--band"),

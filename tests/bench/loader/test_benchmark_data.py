@@ -1,6 +1,6 @@
 """tools/benchmark_data.py: the seed's syntax, the row and record it writes, the keep-up
 verdict against a step results file, and one-line errors for bad input: exit 2, one
-`benchmark_data: error:` line, before any measurement, every file left as it was."""
+`tools/benchmark_data.py: error:` line, before any measurement, every file left as it was."""
 
 import shutil
 from datetime import UTC, datetime
@@ -35,9 +35,9 @@ def one_error_line(capsys) -> str:
     captured = capsys.readouterr()
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1, lines
-    assert lines[0].startswith("benchmark_data: error: "), lines[0]
+    assert lines[0].startswith("tools/benchmark_data.py: error: "), lines[0]
     assert captured.out == "", captured.out  # refused before the measurement
-    return lines[0].removeprefix("benchmark_data: error: ")
+    return lines[0].removeprefix("tools/benchmark_data.py: error: ")
 
 
 def snapshot(*paths: Path) -> dict[str, bytes | None]:
@@ -192,7 +192,7 @@ def test_bad_input_is_one_line(prepared, tmp_path, capsys, extra, expected):
     captured = capsys.readouterr()
     stderr = captured.err.strip().splitlines()
     assert len(stderr) == 1, stderr
-    assert stderr[0].startswith("benchmark_data: error: "), stderr[0]
+    assert stderr[0].startswith("tools/benchmark_data.py: error: "), stderr[0]
     assert expected.format(**places) in stderr[0]
 
 
@@ -206,9 +206,9 @@ def test_bad_input_is_one_line(prepared, tmp_path, capsys, extra, expected):
         ([], "missing the subcommand; valid: data:oxford-flowers, data:synthetic-images"),
         (
             ["data:oxford-flowers", "--data.loading.workers", "two"],
-            "--data.loading.workers: invalid literal for int()",
+            "--data.loading.workers: 'two' is not an integer",
         ),
-        (["data:oxford-flowers", "--bogus", "3"], "unrecognized argument --bogus 3"),
+        (["data:oxford-flowers", "--bogus", "3"], "unrecognized argument --bogus;"),
     ],
     ids=["unknown-dataset", "no-dataset", "workers-not-a-number", "unknown-flag"],
 )

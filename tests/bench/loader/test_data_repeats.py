@@ -33,8 +33,8 @@ def one_error_line(capsys) -> str:
     captured = capsys.readouterr()
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1, lines
-    assert lines[0].startswith("benchmark_data: error: "), lines[0]
-    return lines[0].removeprefix("benchmark_data: error: ")
+    assert lines[0].startswith("tools/benchmark_data.py: error: "), lines[0]
+    return lines[0].removeprefix("tools/benchmark_data.py: error: ")
 
 
 def test_a_row_keeps_its_per_batch_intervals():

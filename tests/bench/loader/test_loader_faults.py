@@ -31,7 +31,8 @@ def test_a_full_disk_is_one_line_exit_1_and_the_row_stays_on_stdout(tmp_path, ca
         assert main([*TINY, "--json-out", str(out)]) == 1
         captured = capsys.readouterr()
         assert captured.err.splitlines() == [
-            f"benchmark_data: error: cannot write {out}: [Errno 28] No space left on device; "
+            f"tools/benchmark_data.py: error: cannot write {out}: [Errno 28] No space left on "
+            "device; "
             f"{out} is as it was; the row's figures are on stdout"
         ]
         line = captured.out.splitlines()[0]  # then its warnings, if any
@@ -45,7 +46,7 @@ def test_a_record_another_run_holds_is_refused_in_one_line(tmp_path, capsys):
         assert main([*TINY, "--json-out", str(out)]) == 2
     captured = capsys.readouterr()
     assert captured.err == (
-        f"benchmark_data: error: --json-out {out} is being written by another run "
+        f"tools/benchmark_data.py: error: --json-out {out} is being written by another run "
         f"(pid {os.getpid()}, lock {tmp_path / '.data.json.lock'}); wait for it to end or "
         "write elsewhere\n"
     )
@@ -75,7 +76,7 @@ def test_sigterm_between_repeats_ends_every_child_in_one_line(tmp_path):
         run.wait()
     assert run.returncode == 143
     assert rest.splitlines() == [
-        "benchmark_data: error: interrupted before the row was measured; nothing written"
+        "tools/benchmark_data.py: error: interrupted before the row was measured; nothing written"
     ]
     assert not [pid for pid in children if psutil.pid_exists(pid)]
     assert list(tmp_path.iterdir()) == []  # no record, no lock

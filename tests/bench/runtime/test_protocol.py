@@ -162,6 +162,15 @@ def test_one_deadline_spans_several_receives(watchdog):
         assert deadline.left() == 0
 
 
+@pytest.mark.parametrize("seconds", [1e12, 1e300, float("inf")])
+def test_a_deadline_of_years_is_waited_on_without_overflow(watchdog, seconds):
+    """A huge --steps or --case-timeout makes a deadline past what poll() and select() take
+    (OverflowError after the compile, issue 52): each wait is an hour at most."""
+    with start("time.sleep(0.5)\nparent.send(Hello('late', 1))") as child:
+        watchdog(child.pid)
+        assert child.receive(Hello, phase="testing", deadline=seconds) == Hello("late", 1)
+
+
 # --- deaths --------------------------------------------------------------------------------
 
 

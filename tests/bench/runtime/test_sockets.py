@@ -88,5 +88,7 @@ def test_the_benchmark_refuses_in_one_line_before_any_case(short_base, monkeypat
     code = step_command.main(["--preset", "cpu-smoke", "--architectures", "simple_dit"])
     err = capsys.readouterr().err
     assert code == 2
-    assert err.startswith("benchmark_step: error: no folder for the case processes' socket")
+    assert err.startswith(
+        "tools/benchmark_step.py: error: no folder for the case processes' socket"
+    )
     assert err.count("\n") == 1 and "Traceback" not in err

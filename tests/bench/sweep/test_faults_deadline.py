@@ -147,6 +147,7 @@ def test_a_case_timeout_of_the_loader_is_kept_to_by_the_repeat(tmp_path):
     )
     assert run.returncode == 1, run.stderr
     assert run.stderr.strip().splitlines() == [
-        "benchmark_data: error: repeat 1 of 1: the loader's process timed out after 2.5 s in "
+        "tools/benchmark_data.py: error: repeat 1 of 1: the loader's process timed out after "
+        "2.5 s in "
         "the repeat, waiting for its row"
     ]

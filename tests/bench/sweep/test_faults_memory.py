@@ -74,7 +74,7 @@ def test_a_loader_repeat_killed_for_memory_is_one_line(tmp_path):
         left = cgroup.left()
     assert run.returncode == 1, run.stderr
     assert run.stderr.strip().splitlines() == [
-        "benchmark_data: error: repeat 1 of 2: out of memory in the repeat: the loader's "
+        "tools/benchmark_data.py: error: repeat 1 of 2: out of memory in the repeat: the loader's "
         "process died of SIGKILL (the kernel's OOM killer)"
     ]
     assert not (tmp_path / "d.json").exists() and left == []

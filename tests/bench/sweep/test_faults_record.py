@@ -31,7 +31,9 @@ THREE = json.dumps([{"architecture": "uvit", "batch": batch} for batch in (8, 16
 
 
 def _error_lines(text: str) -> list[str]:
-    return [line for line in text.splitlines() if line.startswith("benchmark_step: error:")]
+    return [
+        line for line in text.splitlines() if line.startswith("tools/benchmark_step.py: error:")
+    ]
 
 
 def _rows(path: Path) -> list[StepRow]:
@@ -66,7 +68,8 @@ def test_a_full_disk_stops_the_sweep_in_one_line_and_prints_the_rows_figures(
         captured = capsys.readouterr()
         assert code == 1
         assert _error_lines(captured.err) == [
-            f"benchmark_step: error: cannot write {out}: [Errno 28] No space left on device; "
+            f"tools/benchmark_step.py: error: cannot write {out}: [Errno 28] No space left on "
+            "device; "
             "the record keeps the rows before uvit batch 16; its figures are on stdout; "
             "no further case started"
         ]
@@ -89,7 +92,7 @@ def test_a_full_disk_under_a_real_sweep_keeps_the_first_row(tmp_path):
         done = subprocess.run(argv, env=ENV, capture_output=True, text=True, timeout=600)
         assert done.returncode == 1, done.stderr[-2000:]
         (line,) = _error_lines(done.stderr)
-        assert line.startswith(f"benchmark_step: error: cannot write {out}: [Errno 28] ")
+        assert line.startswith(f"tools/benchmark_step.py: error: cannot write {out}: [Errno 28] ")
         assert "Traceback" not in done.stderr
         assert "batch=24" not in done.stderr  # the third case never started
         (figures,) = done.stdout.strip().splitlines()[1:]
@@ -116,7 +119,7 @@ def test_a_record_another_run_holds_is_refused_in_one_line(tmp_path, capsys):
         holder.wait()
     assert code == 2
     assert capsys.readouterr().err == (
-        f"benchmark_step: error: --json-out {out} is being written by another run "
+        f"tools/benchmark_step.py: error: --json-out {out} is being written by another run "
         f"(pid {holder.pid}, lock {tmp_path / '.run.json.lock'}); wait for it to end or "
         "write elsewhere\n"
     )
@@ -153,7 +156,7 @@ def test_two_real_runs_on_one_record_the_second_is_refused_and_the_first_keeps_i
             assert second.returncode == 2, second.stderr[-2000:]
             lines = [line for line in second.stderr.splitlines() if line.strip()]
             assert lines == [
-                f"benchmark_step: error: --json-out {out} is being written by another run "
+                f"tools/benchmark_step.py: error: --json-out {out} is being written by another run "
                 f"(pid {first.pid}, lock {lock}); wait for it to end or write elsewhere"
             ]
         _, err = first.communicate(timeout=600)
@@ -195,7 +198,8 @@ def test_a_stop_signal_ends_every_process_and_the_record_keeps_the_finished_row(
         run.wait()
     assert run.returncode == code, err[-2000:]
     assert _error_lines(err) == [
-        "benchmark_step: error: interrupted: 1 of 3 cases finished; the record keeps them; "
+        "tools/benchmark_step.py: error: interrupted: 1 of 3 cases finished; the record keeps "
+        "them; "
         "--resume continues"
     ]
     assert "Traceback" not in err

@@ -199,7 +199,9 @@ def test_the_loader_refuses_a_busy_host_in_one_line(burner, tmp_path, capsys):
     assert benchmark_data([*LOADER, "--idle-check", "error", "--json-out", str(out)]) == 1
     captured = capsys.readouterr()
     (line,) = captured.err.strip().splitlines()
-    assert line.startswith("benchmark_data: error: host is not idle, refusing to measure: ")
+    assert line.startswith(
+        "tools/benchmark_data.py: error: host is not idle, refusing to measure: "
+    )
     assert f"pid {burner.pid} " in line and "--idle-check warn" in line
     assert captured.out == "" and not out.exists()  # nothing measured, nothing written
 
@@ -214,7 +216,7 @@ def test_the_loaders_record_holds_the_idle_readings(tmp_path, capsys):
 def test_a_bad_idle_check_mode_is_one_line(capsys):
     assert benchmark_data([*LOADER, "--idle-check", "sometimes"]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line.startswith("benchmark_data: error: --idle-check 'sometimes' is not valid")
+    assert line.startswith("tools/benchmark_data.py: error: --idle-check 'sometimes' is not valid")
     assert "error, warn, off" in line
 
 

@@ -67,7 +67,7 @@ def test_lock_clocks_fast_is_one_line_naming_the_choices_and_exit_2():
     done = step_tool("--lock-clocks", "fast")
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        "benchmark_step: error: --lock-clocks 'fast' is not valid; valid: base, max, off"
+        "tools/benchmark_step.py: error: --lock-clocks 'fast' is not valid; valid: base, max, off"
     ]
 
 
@@ -76,7 +76,8 @@ def test_lock_clocks_max_on_this_cpu_host_is_one_line_and_exit_2_before_any_case
     assert done.returncode == 2, done.stderr
     (line,) = done.stderr.strip().splitlines()  # refused before the device probe
     assert line.startswith(
-        "benchmark_step: error: --lock-clocks max locks NVIDIA GPU clocks; no NVIDIA GPU here: "
+        "tools/benchmark_step.py: error: --lock-clocks max locks NVIDIA GPU clocks; no NVIDIA "
+        "GPU here: "
         "NVML unavailable ("
     )
     assert line.endswith("); use --lock-clocks off") and done.stdout == ""
@@ -266,7 +267,7 @@ def body():
             time.sleep(120)
     return 0
 
-sys.exit(faults("benchmark_step", body))
+sys.exit(faults("tools/benchmark_step.py", body))
 """
 
 
@@ -292,7 +293,7 @@ def test_a_stop_signal_resets_every_lock_and_the_record_says_restored(tmp_path, 
             child.wait()
     assert child.returncode == exit_code, stderr
     assert stderr.strip().splitlines()[-1] == (
-        "benchmark_step: error: interrupted: 0 of 1 cases finished"
+        "tools/benchmark_step.py: error: interrupted: 0 of 1 cases finished"
     )
     made = [tuple(json.loads(line)) for line in calls.read_text().splitlines()]
     assert set_and_reset(made) == [

@@ -81,7 +81,7 @@ BAD = {
     ),
 }
 BAD_LINES = {
-    # --architectures NAME (--preset): the one line, after "benchmark_step: error: "
+    # --architectures NAME (--preset): the one line, after "tools/benchmark_step.py: error: "
     ("bad_import", "cpu-smoke"): "package bad-import 0.1.0 (entry point bad_import = "
     "bad_import:Net) fails to import: ImportError: needs libfoo.so; fix the package or "
     "uninstall it",
@@ -289,4 +289,4 @@ def test_a_package_from_a_temporary_folder_runs_and_is_named_in_the_record(packa
 def test_each_bad_package_is_one_line_naming_it_and_exit_2(packages, name, preset):
     done = benchmark(environment(packages / "site"), "--preset", preset, "--architectures", name)
     assert done.returncode == 2, done.stderr[-2000:]
-    assert done.stderr.strip() == f"benchmark_step: error: {BAD_LINES[name, preset]}"
+    assert done.stderr.strip() == f"tools/benchmark_step.py: error: {BAD_LINES[name, preset]}"

@@ -238,7 +238,7 @@ def test_a_bad_step_refuses_the_whole_run_before_any_case(factories, tmp_path):
     )
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines() == [
-        "benchmark_step: error: --step bad:raises: raises(batch=8) raised RuntimeError: "
+        "tools/benchmark_step.py: error: --step bad:raises: raises(batch=8) raised RuntimeError: "
         "no data here"
     ]
     assert not out.exists() and done.stdout == ""  # no case ran, simple_dit's neither
@@ -251,7 +251,10 @@ def test_each_bad_factory_through_the_tool_is_one_line_and_exit_2(spec, factorie
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     (line,) = done.stderr.strip().splitlines()
     print(f"\n{line}")
-    assert line.startswith(f"benchmark_step: error: --step {spec}: ") and REFUSED[spec] in line
+    assert (
+        line.startswith(f"tools/benchmark_step.py: error: --step {spec}: ")
+        and REFUSED[spec] in line
+    )
 
 
 @pytest.mark.slow  # three runs of the tool: repeats, --resume, --no-isolate (~35 s)

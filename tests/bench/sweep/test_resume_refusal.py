@@ -104,7 +104,7 @@ def test_resume_after_a_new_version_of_the_package_names_it_first(tmp_path):
     assert again.returncode == 2
     (line,) = again.stderr.strip().splitlines()
     assert line.startswith(
-        "benchmark_step: error: --resume: the stack differs (the record's -> this run's): "
+        "tools/benchmark_step.py: error: --resume: the stack differs (the record's -> this run's): "
         f"package {DIST}: 0.1.0 -> 0.2.0; write a new --json-out (the record: "
     )
     assert not line.endswith("...") and str(out) in line

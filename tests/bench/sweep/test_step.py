@@ -264,7 +264,7 @@ def test_bad_input_is_one_line_and_exit_2(capsys, argv, named):
     assert main(argv) == 2
     captured = capsys.readouterr()
     (line,) = _lines(captured.err)
-    assert line.startswith("benchmark_step: error: ")
+    assert line.startswith("tools/benchmark_step.py: error: ")
     for word in named:
         assert word in line
     assert captured.out == ""
@@ -274,7 +274,7 @@ def _refused(capsys, argv, *named) -> str:
     assert main(["--preset", "cpu-smoke", "--idle-check", "off", *argv]) == 2
     captured = capsys.readouterr()
     (line,) = _lines(captured.err)
-    assert line.startswith("benchmark_step: error: ") and captured.out == ""
+    assert line.startswith("tools/benchmark_step.py: error: ") and captured.out == ""
     for word in named:
         assert word in line, line
     return line
@@ -448,5 +448,7 @@ def test_a_busy_host_refusal_is_one_line_without_a_doubled_error(tmp_path, capsy
         burner.stdout.close()
     err = capsys.readouterr().err
     (line,) = [line for line in _lines(err) if "error" in line]
-    assert line.startswith("benchmark_step: error: host is not idle, refusing to measure: ")
+    assert line.startswith(
+        "tools/benchmark_step.py: error: host is not idle, refusing to measure: "
+    )
     assert f"pid {burner.pid} " in line and not out.exists()

@@ -1,8 +1,7 @@
 """Hold a run against a reference record: did it reproduce, and if not, why?
 
-`python -m dew.bench.analysis.compare_command RUN [REFERENCE] [--band PCT] [--alpha 0.05]
-[--history DIR] [--target-mde 10] [--run-noise PCT] [--format md|text|json] [--plot PNG]
-[--overwrite] [--strict]`
+`dew compare RUN [REFERENCE] [--band PCT] [--alpha 0.05] [--history DIR] [--target-mde 10]
+[--run-noise PCT] [--format auto|md|text|json] [--plot PNG] [--overwrite] [--strict]`
 
 The first line says the outcome in plain words, and where the two records cannot show a row
 the same within the band however many repeats they had, the narrowest band they could show
@@ -28,8 +27,10 @@ input or an existing file (unless --overwrite) before anything is printed.
 
 Exit 0: REPRODUCED (every comparable row shown the same); 1: NOT REPRODUCED (the shift or
 a row faster or slower, or a row that ran in the reference fails now); 3: INCONCLUSIVE
-(anything else, nothing compared too; 1 with --strict); 2 for bad input: flags, a file
-that is no valid record, records of two kinds, an unwritable --plot.
+(anything else; 1 with --strict); 2 for bad input: flags, a file that is no valid record,
+records of two kinds, one file given twice, records with no comparable row (other cases: a
+usage mistake, not a verdict), an unwritable --plot. On a terminal (--format auto) the
+report fits its width (tables.terminal_table); a file or a pipe gets the full Markdown.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from typing import Annotated, Literal
 
 import tyro
 
-from dew.bench.analysis import compare_report, comparison, history, judge, noise, parity
+from dew.bench.analysis import compare_report, comparison, history, judge, noise, parity, tables
 from dew.bench.analysis.plots import comparison_chart
 from dew.bench.common import cli, files
 from dew.bench.common.cli import UsageError
@@ -108,6 +109,25 @@ def no_reference(run: BenchmarkRun, run_path: Path) -> str:
             "give REFERENCE (another run of the same cases, or a published table)")  # fmt: skip
 
 
+def nothing_shared(run: BenchmarkRun, ref: BenchmarkRun, run_path: Path, ref_path: Path) -> str:
+    """The line of two records with no row to hold against each other: other cases (another
+    preset, batch or model size), a usage mistake rather than a verdict."""
+
+    def what(record: BenchmarkRun) -> str:
+        devices = record.environment.devices
+        device = devices.kind if devices is not None and devices.kind else "device unrecorded"
+        preset = record.settings.preset or "no preset"
+        return f"{device}, {preset}: {', '.join(row.label() for row in record.rows[:4])}" + (
+            ", ..." if len(record.rows) > 4 else ""
+        )
+
+    return (
+        f"RUN {run_path} ({what(run)}) and REFERENCE {ref_path} ({what(ref)}) share no "
+        "comparable row (the same model, batch and settings); compare records of the same "
+        "cases, or leave REFERENCE out for the newest under results/ that shares them"
+    )
+
+
 # --- the command line --------------------------------------------------------------------
 
 
@@ -119,9 +139,11 @@ class Args:
 
     run: Annotated[str, tyro.conf.Positional, tyro.conf.arg(metavar="RUN")]
     """the run's record (a --json-out of tools/benchmark_step.py or benchmark_data.py)"""
-    reference: Annotated[str | None, tyro.conf.Positional, tyro.conf.arg(metavar="REFERENCE")] = (
-        None
-    )
+    reference: Annotated[
+        str | None,
+        tyro.conf.Positional,
+        tyro.conf.arg(metavar="[REFERENCE]", help_behavior_hint="(optional)"),
+    ] = None
     """the record to hold it against; default: the newest under results/ of the run's device
     kind and preset sharing the most of its cases"""
     band: float | None = None
@@ -139,8 +161,9 @@ class Args:
     run_noise: float | None = None
     """the shift between two runs in percent, taken as known (a row's own run level 0);
     default: fitted from the history of the records' device kind"""
-    format: Literal["md", "text", "json"] = "md"
-    """Markdown, aligned text, or one JSON object (the fields: docs/reproducing.md)"""
+    format: Literal["auto", "md", "text", "json"] = "auto"
+    """auto: on a terminal aligned text fitted to its width, else Markdown in full; md,
+    aligned text in full, or one JSON object (the fields: docs/reproducing.md)"""
     plot: str | None = None
     """write a PNG bar chart here: ms/step (samples/s; GFLOP/step for a compile-only run)"""
     overwrite: bool = False
@@ -154,9 +177,10 @@ def _relative(path: Path) -> Path:
         return path
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
+    """`prog` is the command as typed, in its usage and error lines (`dew compare`)."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    return cli.run(PROG, lambda: _compare(cli.parse(Args, argv, prog=PROG)))
+    return cli.run(prog, lambda: _compare(cli.parse(Args, argv, prog=prog)))
 
 
 def _compare(args: Args) -> int:
@@ -168,6 +192,7 @@ def _compare(args: Args) -> int:
         raise UsageError(f"--target-mde {args.target_mde:g} is not a percentage in (0, 1000)")
     if args.run_noise is not None and not 0 <= args.run_noise < 100:
         raise UsageError(f"--run-noise {args.run_noise:g} is not a percentage in [0, 100)")
+    fmt = tables.for_terminal(args.format, otherwise="md")
     run_path = Path(args.run)
     run = load(run_path, "RUN")
     if args.reference is not None:
@@ -176,13 +201,19 @@ def _compare(args: Args) -> int:
         found = default_reference(run, run_path)
         if found is None:
             line = no_reference(run, run_path)
-            if args.format == "json":
+            if fmt == "json":
                 print(json.dumps({"run": str(run_path), "reference": None, "exit": 3,
                                   "outcome": judge.INCONCLUSIVE, "summary": line}))  # fmt: skip
             else:
                 print(line)
             return cli.EXIT_CHANGED if args.strict else judge.EXIT_CODES[judge.INCONCLUSIVE]
         ref_path = _relative(found)
+    if files.same_file(run_path, ref_path):
+        raise UsageError(
+            f"RUN {run_path} and REFERENCE {ref_path} are one file: a record against itself "
+            "shows nothing; give another record of the same cases as REFERENCE, or leave it "
+            "out for the newest under results/"
+        )
     plot_path = None
     if args.plot is not None:  # before any output: an unwritable chart loses nothing yet
         plot_path = files.check_output_file(
@@ -195,10 +226,11 @@ def _compare(args: Args) -> int:
             "record; compare records of one kind"
         )
     if run.settings.compile_only:
-        if args.format == "json":
+        if fmt == "json":
             raise UsageError(f"RUN {run_path} is compile-only: its parity table has md and text")
         rows = parity.check(run, ref)
-        print(parity.render(rows, run, ref, str(run_path), str(ref_path), args.format))
+        shown = "text" if fmt == "terminal" else fmt
+        print(parity.render(rows, run, ref, str(run_path), str(ref_path), shown))
         field = "gflop_per_step"
         code = cli.EXIT_OK if parity.passed(rows) else cli.EXIT_CHANGED
     else:
@@ -219,10 +251,12 @@ def _compare(args: Args) -> int:
             run, ref, band=args.band, alpha=args.alpha, run_label=str(run_path),
             reference_label=str(ref_path), noise=model, target=args.target_mde / 100,
         )  # fmt: skip
-        if args.format == "json":
+        if not cmp.counted:
+            raise UsageError(nothing_shared(run, ref, run_path, ref_path))
+        if fmt == "json":
             print(json.dumps(compare_report.as_json(cmp), indent=1))
         else:
-            print(compare_report.comparison(cmp, run, ref, args.format))
+            print(compare_report.comparison(cmp, run, ref, fmt))
         rows, field = cmp.rows, cmp.timing
         code = judge.EXIT_CODES[cmp.outcome]
         code = cli.EXIT_CHANGED if args.strict and code == 3 else code

@@ -19,7 +19,15 @@ from typing import Any
 from dew.bench.analysis import judge
 from dew.bench.analysis.comparison import Comparison, RowComparison
 from dew.bench.analysis.judge import EXIT_CODES
-from dew.bench.analysis.tables import MISSING, describe, num, table
+from dew.bench.analysis.tables import (
+    MISSING,
+    describe,
+    num,
+    table,
+    terminal_table,
+    terminal_width,
+    wrapped,
+)
 from dew.bench.record.schema import BenchmarkRun
 
 VERDICTS = ("faster", "slower", "same", "undecided", "failed in this run")
@@ -110,10 +118,20 @@ def shift_line(cmp: Comparison) -> str | None:
     return cmp.shift.line(level)
 
 
-def comparison(cmp: Comparison, run: BenchmarkRun, ref: BenchmarkRun, fmt: str = "md") -> str:
-    """The report ("md" or "text"): stack, rows, notes, verdict."""
+def comparison(
+    cmp: Comparison, run: BenchmarkRun, ref: BenchmarkRun, fmt: str = "md", width: int = 0
+) -> str:
+    """The report ("md", "text", or "terminal": text fitted to `width` columns, default this
+    terminal's): stack, rows, notes, verdict."""
     style = "md" if fmt == "md" else "aligned"
     h = "### " if fmt == "md" else ""
+    width = width or terminal_width()
+
+    def render(headers, body, drops=()) -> str:
+        if fmt == "terminal":  # fitted: `drops` left out first, then long values shortened
+            return terminal_table(list(headers), [list(cells) for cells in body], width, drops)
+        return table(headers, body, style)
+
     header_lines = [DESIGN, cmp.host_line, noise_line(cmp), shift_line(cmp)]
     out = [
         f"{'## ' if fmt == 'md' else ''}Comparison (noise band ±{cmp.band:g}%)",
@@ -129,7 +147,7 @@ def comparison(cmp: Comparison, run: BenchmarkRun, ref: BenchmarkRun, fmt: str =
     ]
     if cmp.stack:
         stack = [(d.what, d.run, d.reference) for d in cmp.stack]
-        out.append(table(("what", "run", "reference"), stack, style))
+        out.append(render(("what", "run", "reference"), stack))
     else:
         out.append("none recorded\n")
     if cmp.not_recorded:
@@ -162,7 +180,11 @@ def comparison(cmp: Comparison, run: BenchmarkRun, ref: BenchmarkRun, fmt: str =
         body.append([r.label, num(getattr(r.run, cmp.timing), 2), num(b, 2), *ratios, p, mde,
                      _repeats_text(r, cmp.target),
                      *([r.compiled or MISSING] if compiled else []), r.verdict])  # fmt: skip
-    out += [f"{h}Rows", "", table(headers, body, style)]
+    # On a narrow terminal the least read columns go first; the row, its timing ratio with
+    # its interval and its verdict stay.
+    drops = [*(f"{cmp.column(f)} ratio" for f in cmp.fields[1:]), "compiled", target,
+             f"{timing} ref", f"{timing} run", "p (Holm)", "against the shift", "MDE"]  # fmt: skip
+    out += [f"{h}Rows", "", render(headers, body, drops)]
     out.append(
         f"Ratios are run / reference; with an interval, the {timing} ratio is that of the "
         f"repeats' geometric means and the interval its 95% interval (the repeats and the run "
@@ -183,6 +205,10 @@ def comparison(cmp: Comparison, run: BenchmarkRun, ref: BenchmarkRun, fmt: str =
     if notes:
         out += ["Notes:", *notes, ""]
     out += [f"{h}Verdict", "", summary(cmp), ""]
+    if fmt == "terminal":  # a table is one entry of several lines, fitted already
+        out = [entry if "\n" in entry.rstrip("\n") else
+               wrapped(entry, width, "  " if entry.startswith("- ") else "")[:-1]
+               + "\n" * entry.endswith("\n") for entry in out]  # fmt: skip
     return "\n".join(out)
 
 

@@ -66,6 +66,7 @@ class RowComparison:
     relative: tuple[float, float, float] | None = None  # against the shift: ratio, low, high
     rounds: int | None = None  # interleaved rounds (nox -s ab) that would detect the target
     compiled: str | None = None  # same program | ..., other kernels | other program; None: unknown
+    rate: bool = False  # its timing is a rate (samples/s): its ratios are shown inverted
 
     @property
     def counts(self) -> bool:
@@ -203,6 +204,7 @@ def _compare_rows(run_row, ref_row, kind: Kind, note: str | None, noise: NoiseMo
     # For times lower is faster; for throughput (the loader) higher is.
     change = ratio - 1 if timing not in kind.rates else 1 / ratio - 1
     row = RowComparison(label, run_row, ref_row, ratios, True, "undecided", change, notes)
+    row.rate = timing in kind.rates
     sides = (timing_side(kind, run_row, timing), timing_side(kind, ref_row, timing))
     if None in sides:  # a zero figure: nothing to take the log of
         row.verdict = "no timing to compare"
@@ -219,7 +221,7 @@ def _compare_rows(run_row, ref_row, kind: Kind, note: str | None, noise: NoiseMo
 
 def _judged_timing(kind: Kind, ratios: dict, run_row, ref_row, notes: list[str]):
     """The first of the kind's timings both rows have, and its ratio (None: none); a
-    fallback says so in the notes ("judged on p50 (no ms/step on one side)")."""
+    fallback says so in the notes ("judged on p50 ms (no ms/step on one side)")."""
     for index, timing in enumerate(kind.timings):
         ratio = ratios.get(timing, _ratio(getattr(run_row, timing), getattr(ref_row, timing)))
         if ratio is not None:
@@ -350,11 +352,14 @@ def _why(row: RowComparison, band: float) -> str:
     """What an undecided row lacks: its interval against the band."""
     low, high = row.relative[1:] if row.relative else (row.difference.low, row.difference.high)
     limit = (1 / (1 + band), 1 + band)
-    shown = f"{low:.3f}-{high:.3f}"
+    # The interval as the table shows it: a rate's (samples/s) ratio is the time's inverted.
+    shown = f"{1 / high:.3f}-{1 / low:.3f}" if row.rate else f"{low:.3f}-{high:.3f}"
+    whole = (1 / row.difference.high, 1 / row.difference.low) if row.rate else (
+        row.difference.low, row.difference.high)  # fmt: skip
     against = " against the shift" if row.relative else ""
     if limit[0] <= low and high <= limit[1]:
         return (f"its change{against} {shown} is inside the band, but its whole change is "
-                f"not shown inside it ({row.difference.low:.3f}-{row.difference.high:.3f}, "
+                f"not shown inside it ({whole[0]:.3f}-{whole[1]:.3f}, "
                 "the runs' shift included)")  # fmt: skip
     if low > limit[1] or high < limit[0]:
         p = "n/a" if row.adjusted_p is None else f"{row.adjusted_p:.3g}"

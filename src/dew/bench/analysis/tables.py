@@ -5,11 +5,14 @@ step_table(rows, fmt)      the step benchmark's table, columns as in the seed
 data_table(rows, fmt)      the loader benchmark's table
 table(headers, rows, fmt)  any table: "tsv" (the seed's layout), "md", or "aligned"
 for_terminal(fmt)          "terminal" on a terminal for --format auto, else the seed's tsv
+terminal_table(...)        any table fitted to the terminal (the step table, compare's)
+wrapped(text, width)       prose fitted to the terminal
 
 The "terminal" step table fits the terminal's width (shutil.get_terminal_size, COLUMNS):
 aligned, each row's warnings as numbered notes under it (one note for the rows it is
-about), and the columns that do not fit left out and named; files and pipes get the
-seed's tab-separated layout (or what --format asks).
+about), the columns that do not fit left out and named, and where that is not enough the
+longest values shortened in the middle; files and pipes get the seed's tab-separated
+layout (or what --format asks). compare's report on a terminal fits the same way.
 
 Figures (a row with its interval, compare --plot, the site) are dew.bench.analysis.plots's;
 a comparison's report is dew.bench.analysis.compare_report's.
@@ -31,12 +34,12 @@ NARROW_DROPS = ("sample", "p10 / p50 / p90 ms", "compile s", "params", "peak GiB
 MISSING = "—"
 COLUMN_NAMES = {  # a record field as a comparison names it
     "ms_per_step": "ms/step",
-    "p50_ms": "p50",
-    "p95_ms": "p95",
+    "p50_ms": "p50 ms",
+    "p95_ms": "p95 ms",
     "samples_per_s": "samples/s",
     "util": "util",
     "peak_gib": "peak GiB",
-    "first_batch_s": "first batch",
+    "first_batch_s": "first batch s",
     "gflop_per_step": "GFLOP/step",
 }
 
@@ -140,21 +143,32 @@ def step_table(rows: Sequence[StepRow], fmt: str = "tsv", *, compile_only: bool 
     return table(headers, body, fmt)
 
 
-def for_terminal(fmt: str) -> str:
-    """--format auto: "terminal" when stdout is one, else the seed's "tsv"."""
+def for_terminal(fmt: str, otherwise: str = "tsv") -> str:
+    """--format auto: "terminal" when stdout is one, else `otherwise` (the seed's "tsv")."""
     import sys
 
     if fmt != "auto":
         return fmt
-    return "terminal" if sys.stdout.isatty() else "tsv"
+    return "terminal" if sys.stdout.isatty() else otherwise
 
 
-def terminal_table(headers: list[str], body: list[list[str]], width: int | None = None) -> str:
-    """The step table for a terminal of `width` columns (default: this one's): warnings as
-    numbered notes, and the columns that would not fit left out, said below."""
+def terminal_width() -> int:
+    """This terminal's columns (COLUMNS first), 120 where none is known."""
     import shutil
 
-    width = width or shutil.get_terminal_size((120, 24)).columns
+    return shutil.get_terminal_size((120, 24)).columns
+
+
+def terminal_table(
+    headers: list[str],
+    body: list[list[str]],
+    width: int | None = None,
+    drops: Sequence[str] = NARROW_DROPS,
+) -> str:
+    """A table for a terminal of `width` columns (default: this one's): warnings as
+    numbered notes, the columns of `drops` that would not fit left out in that order, then
+    the longest values shortened in the middle; what was left out is said below."""
+    width = width or terminal_width()
     headers, body = list(headers), [list(cells) for cells in body]
     notes: dict[str, int] = {}
     if "warnings" in headers:
@@ -165,23 +179,75 @@ def terminal_table(headers: list[str], body: list[list[str]], width: int | None 
                 said = [w for w in cells[at].split("; ") if w]
                 refs = [notes.setdefault(w, len(notes) + 1) for w in said]
                 cells[at] = " ".join(f"[{n}]" for n in refs)
-    dropped = []
-    for name in NARROW_DROPS:
-        if _aligned_width(headers, body) <= width or name not in headers:
-            continue
-        at = headers.index(name)
-        headers.pop(at)
-        for cells in body:
-            if len(cells) > at and not cells[at].startswith("failed: "):
-                cells.pop(at)
-        dropped.append(name)
+    dropped: list[str] = []
+    for name in drops:  # in order, until it fits
+        if _aligned_width(*_without(headers, body, dropped)) <= width:
+            break
+        if name in headers:
+            dropped.append(name)
+    for name in reversed(dropped[:]):  # then back what still fits: a wide late drop may
+        fewer = [other for other in dropped if other != name]  # have made room enough
+        if _aligned_width(*_without(headers, body, fewer)) <= width:
+            dropped = fewer
+    headers, body = _without(headers, body, dropped)
+    shortened = _shorten(headers, body, width)
     text = table(headers, body, "aligned")
     for note, n in notes.items():
-        text += f"[{n}] {note}\n"
-    if dropped:
-        text += (f"(left out to fit {width} columns: {', '.join(dropped)}; --format md or the "
-                 "record has every column)\n")  # fmt: skip
+        text += wrapped(f"[{n}] {note}", width, "    ")
+    if dropped or shortened:
+        left = f"left out to fit {width} columns: {', '.join(dropped)}" if dropped else ""
+        cut = f"long values shortened to fit {width} columns" if shortened else ""
+        said = "; ".join(filter(None, (left, cut)))
+        text += wrapped(f"({said}; --format md or the record has them whole)", width)
     return text
+
+
+def _without(headers: list[str], body: list[list[str]], names: Sequence[str]):
+    """The table without the columns `names` (a failed row's spanning error stays)."""
+    keep = [at for at, name in enumerate(headers) if name not in names]
+    rows = [
+        [cells[at] for at in keep if at < len(cells)]
+        if len(cells) == len(headers) or not cells[-1].startswith("failed: ")
+        else [cells[at] for at in keep if at < len(cells) - 1] + [cells[-1]]
+        for cells in body
+    ]
+    return [headers[at] for at in keep], rows
+
+
+def _shorten(headers: list[str], body: list[list[str]], width: int) -> bool:
+    """Cut the widest column's longest values in the middle (`…`), never the first
+    column's, until the table fits `width` or no cut helps; whether any was cut."""
+    cut = False
+    while _aligned_width(headers, body) > width:
+        columns = range(1, len(headers))
+        widest = max(columns, key=lambda i: _column_width(headers, body, i), default=None)
+        if widest is None:
+            return cut
+        now = _column_width(headers, body, widest)
+        room = max(len(headers[widest]), 8, now - (_aligned_width(headers, body) - width))
+        if room >= now:
+            return cut
+        for cells in body:
+            if len(cells) > widest and len(cells[widest]) > room:
+                half = (room - 1) // 2
+                cells[widest] = cells[widest][:half] + "…" + cells[widest][-(room - 1 - half) :]
+                cut = True
+    return cut
+
+
+def _column_width(headers: list[str], body: list[list[str]], at: int) -> int:
+    """As the aligned table draws it: a cell past 60 characters overflows (table)."""
+    return min(60, max(len(cells[at]) for cells in [headers, *body] if len(cells) > at))
+
+
+def wrapped(text: str, width: int, indent: str = "") -> str:
+    """`text` as lines of at most `width` (a word longer than that stays whole), the lines
+    after the first indented by `indent`; with its newline."""
+    import textwrap
+
+    lines = textwrap.wrap(text, width, subsequent_indent=indent, break_long_words=False,
+                          break_on_hyphens=False)  # fmt: skip
+    return "\n".join(lines or [""]) + "\n"
 
 
 def _aligned_width(headers: list[str], body: list[list[str]]) -> int:

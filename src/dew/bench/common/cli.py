@@ -31,11 +31,14 @@ from dew.bench.common.errors import (  # noqa: F401  (re-exported: the entry poi
     EXIT_CHANGED,
     EXIT_OK,
     EXIT_USAGE,
+    MAX_COUNT,
     MAX_LINE,
     UsageError,
+    check_count,
     first_line,
     one_line,
     say,
+    stdout_closed,
 )
 from dew.flags import flag  # noqa: F401  (re-exported: every entry point spells flags so)
 
@@ -55,7 +58,17 @@ def parse(args_type: type[T], argv: Sequence[str], *, prog: str, config=()) -> T
     from tyro import _errors  # the error hook: private but pinned, see the module docstring
 
     argv = join_dash_values(args_type, argv)
-    with _errors.on_parse_error(_raise_usage_error):
+    unknown = unknown_flags(args_type, argv)
+
+    def hook(event: Any) -> None:
+        # tyro lets an unknown flag take the next word as its value, then misses the
+        # positional it was (`--frob a.json`: "RUN needs a value"): name the flag instead.
+        confused = (_errors.BadValue, _errors.UnrecognizedArgs, _errors.MissingArgs)
+        if unknown and isinstance(event, confused):
+            raise UsageError(f"unrecognized argument {unknown[0]}; --help lists the valid ones")
+        _raise_usage_error(event)
+
+    with _errors.on_parse_error(hook):
         try:
             return tyro.cli(args_type, args=list(argv), prog=prog, config=tuple(config))
         except SystemExit as stop:
@@ -79,6 +92,36 @@ def join_dash_values(args_type: type, argv: Sequence[str]) -> list[str]:
     return arguments.join_dash_values(argv, string_flags)
 
 
+def unknown_flags(args_type: type, argv: Sequence[str]) -> list[str]:
+    """The words of argv spelled as a flag that no field of `args_type` has (top level; a
+    nested config's `--name.` prefix counts as known); [] for a type that is no dataclass."""
+    if not dataclasses.is_dataclass(args_type):
+        return []
+    known, nested = {"-h", "--help"}, []
+    hints = typing.get_type_hints(args_type)
+    for field in dataclasses.fields(args_type):
+        for spelling in (flag(field.name), "--" + field.name):
+            known |= {spelling, "--no-" + spelling[2:]}
+            nested.append(spelling + ".")
+        hint = hints.get(field.name)
+        if any(map(dataclasses.is_dataclass, (hint, *typing.get_args(hint)))):
+            nested.append("--")  # a config's or subcommand's flags: tyro's to judge
+    return [
+        word
+        for word in argv
+        if word.startswith("-") and not _number(word) and word.split("=")[0] not in known
+        and not any(word.startswith(prefix) for prefix in nested)
+    ]  # fmt: skip
+
+
+def _number(word: str) -> bool:
+    try:
+        float(word)
+    except ValueError:
+        return False
+    return True
+
+
 def _takes_string(hint: Any) -> bool:
     if hint is str:
         return True
@@ -99,7 +142,10 @@ def _raise_usage_error(event: Any) -> None:
         choices = ", ".join(str(choice) for choice in event.argument.lowered.choices or ())
         raise UsageError(f"{name(event.argument)} {event.value!r} is not valid; valid: {choices}")
     if isinstance(event, e.BadValue):
-        raise UsageError(f"{name(event.argument)} needs a value")
+        argument = event.argument
+        if argument is not None and argument.is_positional():
+            raise UsageError(f"missing {argument.lowered.metavar or name(argument)}")
+        raise UsageError(f"{name(argument)} needs a value")
     if isinstance(event, e.UnrecognizedArgs):
         tokens = " ".join(event.tokens)
         raise UsageError(f"unrecognized argument {tokens}; --help lists the valid ones")
@@ -107,7 +153,12 @@ def _raise_usage_error(event: Any) -> None:
         names = ", ".join(event.subcommand_spec.parser_from_name)
         raise UsageError(f"missing the subcommand; valid: {names}")
     if isinstance(event, e.MissingArgs):
-        missing = ", ".join(a.arg.display_name() for a in event.missing_arguments)
+        missing = ", ".join(
+            (a.arg.lowered.metavar or a.arg.display_name())
+            if a.arg.is_positional()
+            else a.arg.display_name()
+            for a in event.missing_arguments
+        )
         extra = f" (unrecognized: {' '.join(event.unrecognized_tokens)})"
         raise UsageError(f"missing {missing}" + (extra if event.unrecognized_tokens else ""))
     if isinstance(event, e.MutexConflict):
@@ -127,6 +178,12 @@ def _raise_usage_error(event: Any) -> None:
                 if kind != "{None}"
             ]
             message = f"{union.group(2)} is not {' or '.join(kinds)}"
+        # Python's words for a bad number: say what the value is not, in dew's
+        number = re.match(r"(could not convert string to float|invalid literal for int\(\) "
+                          r"with base 10): (.+)$", message)  # fmt: skip
+        if number:
+            kind = "a number" if number.group(1).startswith("could") else "an integer"
+            message = f"{number.group(2)} is not {kind}"
         raise UsageError(f"{where}{message}")
     raise UsageError(f"invalid command line ({type(event).__name__})")
 
@@ -143,3 +200,5 @@ def run(prog: str, body: Callable[[], int]) -> int:
         return EXIT_USAGE
     except SystemExit as stop:  # --help, or a body that exits on purpose
         return stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+    except BrokenPipeError:
+        return stdout_closed()

@@ -35,6 +35,19 @@ class UsageError(ValueError):
     """Bad input (a flag, a value, a path, a file): one line on stderr, exit 2."""
 
 
+# The most a count flag (steps, warmup, repeats, batch, rounds) takes: the optimizer's step
+# counter and XLA's loop counters are 32-bit integers.
+MAX_COUNT = 2**31 - 1
+
+
+def check_count(name: str, value: int, least: int) -> None:
+    """A count flag's value in [least, MAX_COUNT]; else UsageError naming the flag."""
+    if value < least:
+        raise UsageError(f"{flag(name)} must be at least {least} (got {value})")
+    if value > MAX_COUNT:
+        raise UsageError(f"{flag(name)} must be at most {MAX_COUNT:,} (got {value:,})")
+
+
 def one_line(error: BaseException, *, flags: bool = False, typed: bool = False) -> str:
     """An error as one line: a pydantic error's first problem with where it is, else the
     type and first line of the message (XLA's run to pages). dew's own UsageError and an
@@ -63,6 +76,14 @@ def one_line(error: BaseException, *, flags: bool = False, typed: bool = False) 
         message = first_line(str(error))
         text = f"{type(error).__name__}: {message}" if message else type(error).__name__
     return text if len(text) <= MAX_LINE else text[: MAX_LINE - 3] + "..."
+
+
+def stdout_closed() -> int:
+    """What a command returns when its reader went away (`dew compare ... | head`): no
+    traceback; stdout pointed at /dev/null so that the flush at exit cannot raise again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return EXIT_CHANGED
 
 
 def first_line(text: str) -> str:

@@ -6,7 +6,9 @@ Every output of every entry point goes through here:
   with it (`--resume` continues it, `--overwrite` replaces it), as pyperf's `-o` does;
 - `check_output_dir` the same for a directory a run writes into (profile, cache);
 - `atomic_write` replaces a file in one step: a reader sees the old file or the new one;
-- `one_writer` holds an output for one run at a time: a second run on it is refused.
+- `one_writer` holds an output for one run at a time: a second run on it is refused;
+- `read_json_object` reads what a command is given: a JSON object, or one line saying what
+  the file is instead (the host's sessions read a record with it before pydantic exists).
 
 Standard library only: the schema writes its records through `atomic_write`.
 """
@@ -14,7 +16,9 @@ Standard library only: the schema writes its records through `atomic_write`.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
+import json
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -162,9 +166,9 @@ def check_output_file(
     """Refuse, with one UsageError line and before any work, an output that would lose or
     clobber something: a directory, one of the run's inputs, an existing file the user did
     not say to continue or replace, a place that cannot be written. Changes nothing."""
-    target = Path(path)
+    target = nameable(path, flag)
     for source in inputs:
-        if source is not None and _same_file(target, Path(source)):
+        if source is not None and same_file(target, Path(source)):
             raise UsageError(f"{flag} {target} is also an input of this run; write elsewhere")
     if target.is_dir():
         raise UsageError(f"{flag} {target} is a directory; give a file path")
@@ -188,7 +192,7 @@ def check_output_file(
 
 def check_output_dir(path: str | os.PathLike, *, flag: str) -> Path:
     """A directory a run writes into must be a directory (or creatable) and writable."""
-    target = Path(path)
+    target = nameable(path, flag)
     if target.exists() and not target.is_dir():
         raise UsageError(f"{flag} {target} is not a directory")
     directory = _existing_ancestor(target)
@@ -208,7 +212,52 @@ def check_input_file(path: str | os.PathLike, *, flag: str) -> Path:
     return source
 
 
-def _same_file(a: Path, b: Path) -> bool:
+def nameable(path: str | os.PathLike, flag: str) -> Path:
+    """`path` as a Path when the file system can look it up, whether or not it exists; else
+    one UsageError line: an empty path, a symbolic link loop, a name longer than the file
+    system takes (pathlib's exists() reads the last two as "no such file", and the write
+    that follows fails with a traceback)."""
+    if not os.fspath(path):
+        raise UsageError(f"{flag} is empty; give a path")
+    target = Path(path)
+    try:
+        os.stat(target)
+        error = None
+    except FileNotFoundError:
+        error = None
+        # The lookup stops at the first missing folder: the names after it are not checked.
+        longest = max(len(os.fsencode(part)) for part in target.parts)
+        if longest > _name_max(_existing_ancestor(target)):
+            error = OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG))
+        elif os.path.islink(target):  # a link to nowhere: a write would replace the link
+            raise UsageError(
+                f"{flag} {target} is a symbolic link to {os.readlink(target)}, which does "
+                "not exist; give the path itself"
+            ) from None
+    except NotADirectoryError:
+        error = None  # a file on the way: the callers name it (".. is not a directory")
+    except OSError as raised:
+        error = raised
+    if error is not None:
+        if error.errno == errno.ELOOP:
+            why = "a symbolic link loop (a link that leads back to itself)"
+        elif error.errno == errno.ENAMETOOLONG:
+            why = "a name longer than the file system takes"
+        else:
+            why = error.strerror or type(error).__name__
+        raise UsageError(f"{flag} {target}: {why}; give another path") from None
+    return target
+
+
+def _name_max(directory: Path) -> int:
+    try:
+        return os.pathconf(directory, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return 255
+
+
+def same_file(a: Path, b: Path) -> bool:
+    """Whether two paths name one existing file (a link or another spelling included)."""
     try:
         return a.exists() and b.exists() and os.path.samefile(a, b)
     except OSError:
@@ -231,3 +280,47 @@ def _probe_writable(directory: Path, what: str) -> None:
         raise UsageError(f"{what} cannot be written: {error.strerror} ({directory})") from None
     os.close(fd)
     os.unlink(probe)
+
+
+# --- what dew reads -----------------------------------------------------------------------
+
+
+def _json_kind(value) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    return {list: "a list", str: "a string"}.get(type(value), "a number")
+
+
+def read_json_object(path: Path, role: str = "") -> str:
+    """The text of `path` when it holds a JSON object; else UsageError, one line naming the
+    file (`role`, e.g. "RUN", goes before the path) and what it is instead."""
+    name = f"{role} {path}" if role else str(path)
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise UsageError(f"{name}: no such file") from None
+    except IsADirectoryError:
+        raise UsageError(f"{name} is a directory; give a record file") from None
+    except OSError as error:
+        raise UsageError(f"{name}: cannot read: {error.strerror or error}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise UsageError(
+            f"{name} is not a text file (byte {data[error.start]:#04x} at offset "
+            f"{error.start} is not UTF-8); give a JSON record"
+        ) from None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise UsageError(
+            f"{name}: not JSON: {error.msg} at line {error.lineno} column {error.colno}"
+        ) from None
+    except RecursionError:
+        raise UsageError(f"{name}: not JSON this reader can take: nested too deeply") from None
+    if not isinstance(value, dict):
+        kind = _json_kind(value)
+        raise UsageError(f"{name}: not a results record: the JSON is {kind}, not an object")
+    return text

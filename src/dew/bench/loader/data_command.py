@@ -28,7 +28,7 @@ A record that cannot be read or decoded stops the run with its index (exit statu
 line on stderr), rather than being skipped: a figure over silently dropped records would
 time less work than it claims.
 
-Everything a user can get wrong is refused in one line (`benchmark_data: error: ...`,
+Everything a user can get wrong is refused in one line (`tools/benchmark_data.py: error: ...`,
 exit 2) before the measurement: the flags, --json-out (an existing file is replaced only
 with --overwrite, an input never), --against (a step record), and --data.path (a prepared
 directory of the dataset the subcommand names, so a row is never labelled with another
@@ -77,7 +77,7 @@ from dew.bench.runtime import hostprobe
 from dew.data.pipeline import make_source
 from dew.data.spec import DATASETS, OxfordFlowers, SyntheticImages
 
-PROG = "benchmark_data"
+PROG = "tools/benchmark_data.py"  # as typed; `dew data` passes its own
 
 
 # --- repeats: each a fresh process -------------------------------------------------------------
@@ -196,7 +196,7 @@ class Args:
     batches (dew.bench.loader.measure.repeat_deadline)"""
 
 
-def parse_args(argv: list[str], prog: str = "tools/benchmark_data.py") -> Args:
+def parse_args(argv: list[str], prog: str = PROG) -> Args:
     """tyro's parse of the seed's syntax plus what tyro cannot check; bad input raises
     cli.UsageError (one line, flags spelled as typed)."""
     subcommands = [f"data:{name}" for name in DATASETS]
@@ -210,8 +210,7 @@ def parse_args(argv: list[str], prog: str = "tools/benchmark_data.py") -> Args:
         ("warmup", args.warmup, 0),
         ("repeats", args.repeats, 1),
     ):
-        if value < least:
-            raise UsageError(f"{cli.flag(name)} must be at least {least} (got {value})")
+        cli.check_count(name, value, least)
     if args.case_timeout is not None and not 0 < args.case_timeout < float("inf"):  # NaN too
         raise UsageError(
             f"--case-timeout {args.case_timeout:g} is not a number of seconds; give one above "
@@ -270,14 +269,16 @@ def _load_average() -> str:
     return f"load average at start {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} CPUs"
 
 
-def run(args: Args, argv: list[str]) -> int:
+def run(args: Args, argv: list[str], prog: str = PROG) -> int:
     """Measure, print, write the record, give the verdict; bad input raises UsageError."""
     step_run = check_outputs_and_inputs(args)
     with one_writer(args.json_out, flag="--json-out"):  # one run per record, until written
-        return measure_and_write(args, argv, step_run)
+        return measure_and_write(args, argv, step_run, prog)
 
 
-def measure_and_write(args: Args, argv: list[str], step_run: BenchmarkRun | None) -> int:
+def measure_and_write(
+    args: Args, argv: list[str], step_run: BenchmarkRun | None, prog: str = PROG
+) -> int:
     from dew.bench.runtime import idle
 
     load = _load_average()
@@ -291,10 +292,10 @@ def measure_and_write(args: Args, argv: list[str], step_run: BenchmarkRun | None
     except ValueError as error:  # DataError included: one line naming the file or record
         raise UsageError(str(error)) from None
     except idle.HostNotIdle as refusal:  # one line; nothing measured, nothing written
-        cli.say(PROG, str(refusal).removeprefix("error: "))
+        cli.say(prog, str(refusal).removeprefix("error: "))
         return cli.EXIT_CHANGED
     except RepeatFailed as error:
-        cli.say(PROG, str(error))
+        cli.say(prog, str(error))
         return cli.EXIT_CHANGED
     print(result_line(row, load))
     for warning in row.warnings:
@@ -348,10 +349,10 @@ def write_record(args: Args, argv: list[str], row: DataRow, load: str, check=Non
     print(f"wrote {args.json_out}")
 
 
-def main(argv: list[str] | None = None, prog: str = "tools/benchmark_data.py") -> int:
-    """`prog` is the name its help and usage show (`dew data` through the dew command)."""
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
+    """`prog` is the command as typed, in its help, usage and error lines (`dew data`)."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    return faults(PROG, lambda: cli.run(PROG, lambda: run(parse_args(argv, prog), argv)))
+    return faults(prog, lambda: cli.run(prog, lambda: run(parse_args(argv, prog), argv, prog)))
 
 
 if __name__ == "__main__":

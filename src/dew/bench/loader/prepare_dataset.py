@@ -25,7 +25,7 @@ from dew.bench.common.cli import UsageError
 from dew.bench.common.files import check_output_dir
 from dew.data.sources import DataError, prepared_files, read_dataset_info
 
-PROG = "prepare_dataset"
+PROG = "tools/prepare_dataset.py"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +46,7 @@ class Args:
 
 def parse_args(argv: Sequence[str]) -> Args:
     """tyro's parse plus what tyro cannot check; raises UsageError (one line)."""
-    args = cli.parse(Args, argv, prog="tools/prepare_dataset.py")
+    args = cli.parse(Args, argv, prog=PROG)
     if (args.source is None) == (args.synthetic is None):
         given = "both" if args.source is not None else "neither"
         raise UsageError(f"give one of --source DIR or --synthetic N ({given} given)")

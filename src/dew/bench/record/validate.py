@@ -1,15 +1,21 @@
-"""Validate result records: `python -m dew.bench.record.validate FILES...`.
+"""Validate what dew writes: `dew validate PATH...` (`python -m dew.bench.record.validate`).
 
-Each good file prints `FILE: ok (...)` on stdout. An invalid record prints one line per
-error on stderr, `FILE: $.json.path: message`. A file that is not a record at all (missing,
-a directory, binary, not JSON, JSON but not an object) prints one line,
-`python -m dew.bench.record.validate: error: FILE: problem`, and the next file is still checked.
+A PATH is a file or a folder, whose *.json files are all checked (sorted, every level). What
+a file is, is read from its content: a record is checked against the record schema, the
+other JSON dew writes (noise.json, ab-plan.json, compare.json, the exported JSON Schemas,
+sweep timings: dew.bench.record.schema.documents) against its own model, and any other
+JSON object given by name as a record (one found in a folder is someone else's: skipped,
+as the site skips it). Each good file prints `FILE: ok (...)` on stdout. An invalid one
+prints one line per error on stderr, `FILE: $.json.path: message`. A file that is no JSON
+object at all (missing, binary, not JSON, JSON but not an object) prints one line,
+`dew validate: error: FILE: problem`, and the next file is still checked.
 
 Exit codes (dew.bench.common.cli's, the worst file decides):
-    0  every file is a valid record
-    1  some record is invalid: it breaks the schema, or it has no rows (a record without
-       rows holds no result, whatever else it says)
-    2  bad input: a file that cannot be read as a JSON object, or a bad command line
+    0  every file is valid
+    1  some file is invalid: it breaks its schema, or a record has no rows (a record
+       without rows holds no result, whatever else it says)
+    2  bad input: a file that cannot be read as a JSON object, a folder without JSON, or a
+       bad command line
 
 Imports the schema and the stdlib-only cli helpers, no jax: a record validates anywhere.
 """
@@ -27,7 +33,9 @@ import tyro
 
 from dew.bench.common import cli
 from dew.bench.common.cli import UsageError
+from dew.bench.common.files import read_json_object  # noqa: F401  (validate's, shared)
 from dew.bench.record.schema import ROW_MODELS, BenchmarkRun
+from dew.bench.record.schema.documents import RECORD, check_document, document_kind
 
 PROG = "python -m dew.bench.record.validate"
 
@@ -82,47 +90,6 @@ def describe_errors(error: pydantic.ValidationError) -> list[str]:
     return lines
 
 
-def _json_kind(value) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    return {list: "a list", str: "a string"}.get(type(value), "a number")
-
-
-def read_json_object(path: Path, role: str = "") -> str:
-    """The text of `path` when it holds a JSON object; else UsageError, one line naming the
-    file (`role`, e.g. "RUN", goes before the path) and what it is instead."""
-    name = f"{role} {path}" if role else str(path)
-    try:
-        data = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise UsageError(f"{name}: no such file") from None
-    except IsADirectoryError:
-        raise UsageError(f"{name} is a directory; give a record file") from None
-    except OSError as error:
-        raise UsageError(f"{name}: cannot read: {error.strerror or error}") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise UsageError(
-            f"{name} is not a text file (byte {data[error.start]:#04x} at offset "
-            f"{error.start} is not UTF-8); give a JSON record"
-        ) from None
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise UsageError(
-            f"{name}: not JSON: {error.msg} at line {error.lineno} column {error.colno}"
-        ) from None
-    except RecursionError:
-        raise UsageError(f"{name}: not JSON this reader can take: nested too deeply") from None
-    if not isinstance(value, dict):
-        kind = _json_kind(value)
-        raise UsageError(f"{name}: not a results record: the JSON is {kind}, not an object")
-    return text
-
-
 def check_file(path: Path, role: str = "") -> tuple[BenchmarkRun | None, list[str]]:
     """The record and no errors, or None and the error lines (without the file name).
 
@@ -144,62 +111,105 @@ def check_text(text: str) -> tuple[BenchmarkRun | None, list[str]]:
 
 def load(path: Path, role: str = "") -> BenchmarkRun:
     """A valid record, or UsageError: one line naming the file and its first problem."""
-    record, errors = check_file(path, role)
+    text = read_json_object(path, role)
+    kind = document_kind(json.loads(text))
+    if kind not in (RECORD, None):
+        name = f"{role} {path}" if role else str(path)
+        article = "an" if kind[0] in "AEIOU" else "a"
+        raise UsageError(f"{name} is {article} {kind} dew wrote, not a results record; give a "
+                         "record (the --json-out of dew step or dew data)")  # fmt: skip
+    record, errors = check_text(text)
     if errors:
         name = f"{role} {path}" if role else str(path)
-        more = f" (+{len(errors) - 1} more; {PROG} {path} lists them)" if errors[1:] else ""
+        more = f" (+{len(errors) - 1} more; dew validate {path} lists them)" if errors[1:] else ""
         raise UsageError(f"{name}: {errors[0]}{more}")
     return record
 
 
 @dataclasses.dataclass
 class Args:
-    """Validate result records against dew's schema (results/schema). Exit 0: all valid;
-    1: a record is invalid or has no rows; 2: a file is not a JSON object, or bad flags."""
+    """Validate what dew writes: a record against the results schema (results/schema), its
+    other JSON against its own model; a folder's .json files all. Exit 0: all valid; 1: a
+    file is invalid, or a record has no rows; 2: a file is not a JSON object, or bad flags."""
 
-    files: Annotated[tuple[str, ...], tyro.conf.Positional, tyro.conf.arg(metavar="FILE")]
-    """the record files to check"""
+    paths: Annotated[
+        tuple[str, ...],
+        tyro.conf.Positional,
+        tyro.conf.arg(metavar="PATH [PATH ...]", help_behavior_hint="(one or more)"),
+    ]
+    """files dew wrote (records, noise.json, ab-plan.json, compare.json, schemas), or
+    folders of them"""
 
 
-def main(argv: list[str] | None = None) -> int:
-    return cli.run(PROG, lambda: _validate(sys.argv[1:] if argv is None else list(argv)))
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
+    """`prog` is the command as typed, in its usage and error lines (`dew validate`)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    return cli.run(prog, lambda: _validate(argv, prog))
 
 
-def _validate(argv: list[str]) -> int:
-    args = cli.parse(Args, argv, prog=PROG)
-    if not args.files:
-        raise UsageError("missing FILE: give one or more record files")
+def _validate(argv: list[str], prog: str) -> int:
+    args = cli.parse(Args, argv, prog=prog)
+    if not args.paths:
+        raise UsageError("missing PATH: give one or more files dew wrote, or folders of them")
+    if "" in args.paths:  # Path("") is the current folder: never what an empty word meant
+        raise UsageError("PATH is empty: give a file dew wrote, or a folder of them")
+    given = {Path(name) for name in args.paths}
+    paths = [path for name in args.paths for path in files_under(Path(name))]
     invalid = unreadable = 0
-    for name in args.files:
-        path = Path(name)
+    for path in paths:
         try:
-            run, errors = check_file(path)
+            text = read_json_object(path)
         except UsageError as error:
             unreadable += 1
-            cli.say(PROG, cli.one_line(error))
+            cli.say(prog, cli.one_line(error))
             continue
+        kind = document_kind(json.loads(text))
+        if kind is None and path not in given:  # found in a folder: JSON of someone else's
+            print(f"{path}: skipped (no file dew writes: neither a record nor dew's other JSON)")
+            continue
+        if kind not in (RECORD, None):
+            problem = check_document(kind, text)
+            errors = describe_errors(problem) if problem is not None else []
+            verdict = f"ok ({kind})"
+        else:
+            run, errors = check_text(text)
+            verdict = "" if errors else record_verdict(run)
         if errors:
             invalid += 1
             for line in errors:
                 print(f"{path}: {line}", file=sys.stderr)
         else:
-            failed = sum(row.status == "failed" for row in run.rows)
-            # a row kept with a NaN or inf loss (--loss-may-diverge) is no plain ok row either
-            diverged = sum(
-                row.status == "ok" and getattr(row, "loss_finite", None) is False
-                for row in run.rows
-            )
-            kept = f", {diverged} ok with a loss that is not finite" if diverged else ""
-            print(f"{path}: ok ({run.kind} run, {len(run.rows)} rows, {failed} failed{kept})")
-    if len(args.files) > 1 and (invalid or unreadable):
+            print(f"{path}: {verdict}")
+    if len(paths) > 1 and (invalid or unreadable):
         print(
-            f"{invalid + unreadable} of {len(args.files)} files invalid"
-            + (f" ({unreadable} not a JSON record)" if unreadable else ""),
+            f"{invalid + unreadable} of {len(paths)} files invalid"
+            + (f" ({unreadable} not a JSON object)" if unreadable else ""),
             file=sys.stderr,
         )
     if unreadable:
         return cli.EXIT_USAGE
     return cli.EXIT_CHANGED if invalid else cli.EXIT_OK
+
+
+def files_under(path: Path) -> list[Path]:
+    """`path` itself, or a folder's *.json files at every level, sorted; UsageError for a
+    folder that holds none (nothing checked is no pass)."""
+    if not path.is_dir():
+        return [path]
+    found = sorted(p for p in path.rglob("*.json") if p.is_file())
+    if not found:
+        raise UsageError(f"{path} is a folder with no .json file in it; give files dew wrote")
+    return found
+
+
+def record_verdict(run: BenchmarkRun) -> str:
+    failed = sum(row.status == "failed" for row in run.rows)
+    # a row kept with a NaN or inf loss (--loss-may-diverge) is no plain ok row either
+    diverged = sum(
+        row.status == "ok" and getattr(row, "loss_finite", None) is False for row in run.rows
+    )
+    kept = f", {diverged} ok with a loss that is not finite" if diverged else ""
+    return f"ok ({run.kind} run, {len(run.rows)} rows, {failed} failed{kept})"
 
 
 if __name__ == "__main__":

@@ -66,6 +66,7 @@ EXIT_GRACE_S = 10.0
 CHANNEL = "DEW_CHANNEL"  # a spawned child's environment: "<fd of its end> <the run's pid>"
 ERROR_CHARS = 300  # of the last line a dead child wrote, kept in the error
 POLL_S = 1.0  # how often a wait looks at the child when the kernel has no pidfd for it
+LONGEST_WAIT_S = 3600.0  # the longest single wait: the OS calls overflow far beyond it
 OOM_SCORE_ADJ = 500  # a child's: ended before the run (0) when memory runs out
 # An allocation that failed, as the last line of a child says it (glibc's ENOMEM is 12).
 OUT_OF_MEMORY = re.compile(
@@ -316,8 +317,10 @@ class Child:
         child ends, or the deadline passes."""
         if self._sentinel is None:
             return self._connection.poll(min(deadline.left(), POLL_S))
+        # At most an hour a wait (the caller's loop waits again): a deadline of years (a
+        # huge --steps or --case-timeout) is more than poll() and select() can take.
         waited = multiprocessing.connection.wait(
-            [self._connection, self._sentinel], deadline.left()
+            [self._connection, self._sentinel], min(deadline.left(), LONGEST_WAIT_S)
         )
         return self._connection in waited or self._connection.poll(0)
 

@@ -214,30 +214,35 @@ def _swap(staging: Path, out: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
+    """`prog` is the command as typed, in its usage and error lines (`dew report`)."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    return faults(PROG, lambda: cli.run(PROG, lambda: _main(cli.parse(Args, argv, prog=PROG))))
+    return faults(
+        prog, lambda: cli.run(prog, lambda: _main(cli.parse(Args, argv, prog=prog), prog))
+    )
 
 
 def _count(n: int, what: str) -> str:
     return f"{n} {what}{'' if n == 1 else 's'}"
 
 
-def _skipped(lines: Sequence[str]) -> None:
+def _skipped(lines: Sequence[str], prog: str) -> None:
     for line in lines:
-        print(f"{PROG}: skipped: {line}", file=sys.stderr)
+        print(f"{prog}: skipped: {line}", file=sys.stderr)
 
 
-def _main(args: Args) -> int:
+def _main(args: Args, prog: str = PROG) -> int:
+    if "" in args.dirs:  # Path("") is the current folder: never what an empty word meant
+        raise cli.UsageError("DIRS holds an empty path; give folders of records")
     dirs = [Path(d) for d in args.dirs]
     try:
         summary = build_site(dirs, Path(args.out))
     except NoRecords as error:
-        _skipped(error.loaded.skipped)
+        _skipped(error.loaded.skipped, prog)
         raise
-    _skipped(summary.skipped)
+    _skipped(summary.skipped, prog)
     for directory in summary.empty:
-        print(f"{PROG}: note: {directory} holds no record", file=sys.stderr)
+        print(f"{prog}: note: {directory} holds no record", file=sys.stderr)
     kinds = {
         "index": 1,
         "architecture": sum(p.parts[0] == "arch" for p in summary.pages),

@@ -5,9 +5,11 @@ a record (it has `schema_version`, or a `kind` and `rows`) is validated, and one
 fails is skipped with one line naming it (`skipped`, printed by the command, shown in red
 on the front page). The other JSON dew writes beside its records (the run level
 `noise.json`, an A/B's `ab-plan.json`, a comparison's `compare.json`, the sweep timings,
-the JSON Schemas) is known by its keys and listed by kind (`others`), never as a broken
-record; any other JSON object is ignored quietly. A file that is not JSON at all is
-skipped with its line. Nothing under the site's own output directory is read.
+the JSON Schemas) is known by its keys (dew.bench.record.schema.documents), checked
+against its own model and listed by kind (`others`), never as a broken record (one that
+breaks its own model is skipped with its line); any other JSON object is ignored quietly.
+A file that is not JSON at all is skipped with its line. Nothing under the site's own
+output directory is read.
 """
 
 from __future__ import annotations
@@ -20,19 +22,10 @@ from pathlib import Path
 
 from dew.bench.common.cli import UsageError, one_line
 from dew.bench.record.schema import BenchmarkRun
+from dew.bench.record.schema.documents import OUTCOMES, RECORD, check_document, document_kind
 from dew.bench.record.validate import check_text, read_json_object
 
 PUBLISHED_DIR_NAME = "published"  # results/published/: the seed's tables, the references
-RECORD_KEYS = ({"schema_version"}, {"kind", "rows"})  # an object with either claims to be one
-# The other JSON dew writes, by the keys only it has at its top (checked before RECORD_KEYS:
-# a comparison has a kind and rows too), and what the front page calls it.
-KNOWN_KINDS = (
-    ("JSON Schema", {"$schema"}),  # results/schema/, python -m dew.bench.record.schema
-    ("run level", {"command", "kinds"}),  # noise.json, dew.bench.analysis.history
-    ("A/B plan", {"sides", "rounds", "order"}),  # ab-plan.json, nox -s ab
-    ("comparison", {"run", "reference", "summary", "rows"}),  # compare.json, compare --json
-    ("sweep timings", {"checkout", "runs", "preset"}),  # scripts/sweep_time.py --out
-)
 
 
 @dataclasses.dataclass
@@ -91,9 +84,6 @@ class Loaded:
     others: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # kind -> files
 
 
-OUTCOMES = ("REPRODUCED", "NOT REPRODUCED", "INCONCLUSIVE")  # compare's, in its JSON
-
-
 def other_label(path: Path, kind: str, value: dict) -> str:
     """How the front page names a JSON file that is not a record: its path, and for a
     comparison the outcome it reached (compare's three words; an older compare's JSON
@@ -101,16 +91,6 @@ def other_label(path: Path, kind: str, value: dict) -> str:
     if kind == "comparison" and value.get("outcome") in OUTCOMES:
         return f"{path}: {value['outcome']}"
     return str(path)
-
-
-def json_kind(value: dict) -> str | None:
-    """What a JSON object dew may have written is: one of KNOWN_KINDS' names, "record" when
-    it claims to be one, None for anything else."""
-    keys = value.keys()
-    for kind, marks in KNOWN_KINDS:
-        if marks <= keys:
-            return kind
-    return "record" if any(marks <= keys for marks in RECORD_KEYS) else None
 
 
 def record_files(directory: Path, exclude: Path | None) -> list[Path]:
@@ -162,9 +142,12 @@ def load_all(directories: list[Path], exclude: Path | None = None) -> Loaded:
                 claimed += 1
                 continue
             value = json.loads(text)
-            kind = json_kind(value)
-            if kind != "record":
-                if kind is not None:
+            kind = document_kind(value)
+            if kind != RECORD:
+                problem = check_document(kind, text) if kind is not None else None
+                if problem is not None:  # dew's file, broken: named like a broken record
+                    skipped.append(f"{path}: invalid {kind}: {one_line(problem)}")
+                elif kind is not None:
                     others.setdefault(kind, []).append(other_label(path, kind, value))
                 continue
             claimed += 1

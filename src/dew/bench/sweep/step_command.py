@@ -29,7 +29,7 @@ from dew.bench.runtime import hostprobe
 from dew.bench.sweep import allocator, presets
 from dew.bench.sweep.settings import CACHE_OFF, Options, append_xla_flags, case_log_dir
 
-PROG = "benchmark_step"
+PROG = "tools/benchmark_step.py"  # as typed; `dew step` passes its own
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +55,9 @@ class Args(Options):
     """continue --json-out: keep its rows, run only the cases not ok in it yet"""
     overwrite: bool = False
     """replace an existing --json-out"""
+    check_only: bool = False
+    """check every flag and case (each model's config builds, a --step factory lowers), print
+    the cases, and exit 0 without timing any: `nox -s ab` asks this before any image"""
     format: Literal["auto", "tsv", "md"] = "auto"
     """the table on stdout: auto is aligned to the terminal's width on a terminal (warnings
     as numbered notes) and the seed's tab-separated layout for a file or pipe; or Markdown"""
@@ -69,11 +72,9 @@ class Args(Options):
 
 def options_from(args: Args) -> tuple[Options, tuple[presets.Case, ...]]:
     """The run's Options and cases; what tyro cannot check raises UsageError."""
-    if args.steps < 1:
-        raise cli.UsageError(f"--steps must be at least 1 (got {args.steps})")
+    cli.check_count("steps", args.steps, 1)
     check_repeats(args)
-    if args.warmup < 0:
-        raise cli.UsageError(f"--warmup must be at least 0 (got {args.warmup})")
+    cli.check_count("warmup", args.warmup, 0)
     if args.case_timeout is not None and not 0 < args.case_timeout < float("inf"):  # NaN too
         raise cli.UsageError(
             f"--case-timeout {args.case_timeout:g} is not a number of seconds; give one above "
@@ -118,6 +119,7 @@ def check_repeats(args: Args) -> None:
     if args.repeats != "auto":
         if args.repeats < 1:
             raise cli.UsageError(f"--repeats must be at least 1 or auto (got {args.repeats})")
+        cli.check_count("repeats", args.repeats, 1)
         if args.target_mde is not None:
             raise cli.UsageError("--target-mde needs --repeats auto (it decides when to stop)")
         return
@@ -211,8 +213,8 @@ def malloc(options: Options, platform: str | None) -> Options:
 
 
 def check_outputs(args: Args) -> None:
-    """Every path the run writes, before any work."""
-    if args.json_out:
+    """Every path the run writes, before any work (an empty one is refused, not skipped)."""
+    if args.json_out is not None:
         check_output_file(
             args.json_out,
             flag="--json-out",
@@ -220,10 +222,12 @@ def check_outputs(args: Args) -> None:
             resume=args.resume,
             may_resume=True,
         )
-    if args.profile_dir:
+    if args.profile_dir is not None:
         check_output_dir(args.profile_dir, flag="--profile-dir")
-    if args.compilation_cache_dir and args.compilation_cache_dir != CACHE_OFF:
+    if args.compilation_cache_dir is not None and args.compilation_cache_dir != CACHE_OFF:
         check_output_dir(args.compilation_cache_dir, flag="--compilation-cache-dir")
+    if args.log_dir == "":
+        check_output_dir(args.log_dir, flag="--log-dir")
     logs = case_log_dir(args.log_dir, args.json_out)
     if logs:  # a rerun (--resume) adds its logs beside the earlier ones
         check_output_dir(logs, flag="--log-dir")
@@ -233,12 +237,12 @@ def log(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def main(argv: Sequence[str] | None = None, prog: str = "tools/benchmark_step.py") -> int:
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     """The CLI: parse, check, run every case, print the table; returns the exit code. `prog`
-    is the name its help and usage show (`dew step` through the dew command)."""
+    is the command as typed, in its help, usage and error lines (`dew step`)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     with contextlib.ExitStack() as held:  # the record's lock, released however the run ends
-        return faults(PROG, lambda: cli.run(PROG, lambda: _main(argv, held, prog)))
+        return faults(prog, lambda: cli.run(prog, lambda: _main(argv, held, prog)))
 
 
 def _main(argv: list[str], held: contextlib.ExitStack, prog: str) -> int:
@@ -273,6 +277,9 @@ def _main(argv: list[str], held: contextlib.ExitStack, prog: str) -> int:
         platform, identity = devices.platform, devices.for_record()
         options, more = compile_jobs(options, platform, len(cases))
         warnings += more
+    if args.check_only:  # every check above passed: nothing is run
+        print(f"{len(cases)} cases, each checked: {', '.join(case.label() for case in cases)}")
+        return cli.EXIT_OK
     options = malloc(options, platform)
     if not options.isolate and options.xla_flags:
         # In-process cases: XLA reads its flags when the backend starts, which is later.
@@ -310,7 +317,7 @@ def _main(argv: list[str], held: contextlib.ExitStack, prog: str) -> int:
                 identity=identity,
             )
     except HostNotIdle as refusal:  # its text begins "error: ", which say() writes itself
-        cli.say(PROG, str(refusal).removeprefix("error: "))
+        cli.say(prog, str(refusal).removeprefix("error: "))
         return cli.EXIT_CHANGED
     except RecordNotWritten as failure:  # what the record could not take: on stdout
         print(report.step_table(failure.rows, fmt, compile_only=options.compile_only), end="")

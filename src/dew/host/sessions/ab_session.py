@@ -10,9 +10,11 @@ markdown and chart.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from dew.bench.common.errors import UsageError
 from dew.host import replay
-from dew.host.ab_rounds import ab_parser, parse_ab, resolve_side, run_rounds
+from dew.host.ab_rounds import ab_parser, check_cases, parse_ab, resolve_side, run_rounds
 from dew.host.benchmarks import SMOKE_ENV
 from dew.host.engine import ROOT, EngineError
 from dew.host.runner import new_run_dir
@@ -24,33 +26,46 @@ def help_text(prog: str = "nox -s ab --") -> str:
     return ab_parser(prog, __doc__).format_help()
 
 
-def ab(session, posargs: list[str]) -> None:
+def check_arguments(argv: list[str], python: str, name: str = "ab") -> None:
+    """Every argument checked, the cases by `python`'s dew (the dew command checks before it
+    starts nox; the session checks the same before its first image); one line, exit 2."""
+    try:
+        check_cases(python, parse_ab(argv))
+    except UsageError as error:
+        replay.usage(name, str(error))
+
+
+def ab(session, posargs: list[str], name: str = "ab") -> None:
     """The session over `posargs` (ab_parser; `--help` prints help_text()); reproduce
-    --interleaved comes here too."""
+    --interleaved comes here too (`name`: the session its errors name)."""
     if {"-h", "--help"} & set(posargs):
         return print(help_text(), end="")
     try:
         args = parse_ab(posargs)
     except UsageError as error:
-        replay.usage("ab", str(error))
-    engine = replay.engine_for(session, "ab", args.variant)
+        replay.usage(name, str(error))
+    engine = replay.engine_for(session, name, args.variant)
     try:
         sides = {
             name: resolve_side(engine, name, given, args.variant)
             for name, given in (("A", args.a), ("B", args.b))
         }
     except EngineError as error:
-        replay.usage("ab", str(error))
+        replay.usage(name, str(error))
     today = today_runner(session)  # its setuptools builds the outside code's wheels
+    try:  # the names, preset and configs, by this checkout's tool: before any image
+        check_cases(str(Path(session.bin) / "python"), args)
+    except UsageError as error:
+        replay.usage(name, str(error))
     for side in sides.values():
         side.packages, lines = replay.outside_wheels(
-            session, "ab", args.outside[side.name], side.environment, f"{side.name} {side.given}",
+            session, name, args.outside[side.name], side.environment, f"{side.name} {side.given}",
             replay.scratch_dir(),
         )  # fmt: skip
         for line in lines:
             session.log(f"{side.name} not matched: {line}")
     to_build = [side for side in sides.values() if side.image is None]
-    made = replay.materialise_all(session, "ab", engine, [side.spec for side in to_build])
+    made = replay.materialise_all(session, name, engine, [side.spec for side in to_build])
     for side, (image, lines) in zip(to_build, made, strict=True):
         side.image = image
         for line in lines:
@@ -58,11 +73,11 @@ def ab(session, posargs: list[str]) -> None:
     for side in sides.values():
         if side.image.variant != args.variant:
             why = f"a {side.image.variant} image, not {args.variant} (--variant)"
-            replay.usage("ab", f"{side.name} {side.given} is {why}")
+            replay.usage(name, f"{side.name} {side.given} is {why}")
     run_dir = new_run_dir(f"ab-{args.preset}", args.variant)
     for side in sides.values():
         into = run_dir / "outside" / side.name
-        side.site = replay.outside_site(session, "ab", engine, side.image, side.packages, into)
+        side.site = replay.outside_site(session, name, engine, side.image, side.packages, into)
     env = SMOKE_ENV if args.variant == "cpu" else {"JAX_PLATFORMS": "cuda"}
     run_rounds(engine, sides, args, run_dir, env, log=session.log)
     today.python("-m", "dew.bench.analysis.ab", today.path(run_dir), success_codes=(0, 1, 3))

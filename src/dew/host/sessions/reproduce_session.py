@@ -21,12 +21,23 @@ from dew.host.gpu_checks import gpu_visible_in_image
 from dew.host.outside_sources import site_env, site_mounts
 from dew.host.runner import Runner, new_run_dir
 from dew.host.sessions.ab_session import ab
+from dew.host.sessions.ab_session import check_arguments as check_arguments_ab
 from dew.host.venvs import today_runner
 
 
 def help_text(prog: str = "nox -s reproduce --") -> str:
     """The session's --help: every flag, then what it does."""
     return replay.reproduce_parser(prog, __doc__).format_help()
+
+
+def check_arguments(argv: list[str], python: str) -> None:
+    """Every argument checked before nox starts (the dew command's): the one record, a step
+    record, and with --interleaved the A/B it becomes; one line, exit 2."""
+    record_path, sources, rounds = replay.parse_reproduce(argv)
+    _, settings, _ = replay.read_step_record("reproduce", record_path)
+    if rounds:
+        argv = replay.interleaved_args(record_path, settings, sources, rounds)
+        check_arguments_ab(argv, python, name="reproduce")
 
 
 def reproduce(session) -> None:
@@ -37,7 +48,8 @@ def reproduce(session) -> None:
     record_path, sources, rounds = replay.parse_reproduce(session.posargs)
     record, settings, environment = replay.read_step_record("reproduce", record_path)
     if rounds:  # the record's stack and today's in paired rounds: the run level cancels
-        return ab(session, replay.interleaved_args(record_path, settings, sources, rounds))
+        argv = replay.interleaved_args(record_path, settings, sources, rounds)
+        return ab(session, argv, name="reproduce")
     matched, unmatched = stack_images.stack_parts(record)
     try:
         spec = stack_images.spec_from_record(record, f"record {record_path.name}")

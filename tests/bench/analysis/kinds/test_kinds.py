@@ -29,7 +29,7 @@ def test_a_step_row_without_ms_per_step_is_judged_on_p50():
         step_row(p50_ms=11.0), step_row(p50_ms=10.0, ms_per_step=9.0), KINDS["step"], None,
         NOISE,
     )  # fmt: skip
-    assert "judged on p50 (no ms/step on one side)" in row.notes
+    assert "judged on p50 ms (no ms/step on one side)" in row.notes
     assert row.change == pytest.approx(0.1)
 
 

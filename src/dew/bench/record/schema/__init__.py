@@ -218,6 +218,24 @@ def json_schemas() -> dict[str, str]:
     return out
 
 
+def foreign_files(directory: str | os.PathLike) -> list[Path]:
+    """The files in `directory` an export would replace that are not an earlier export of
+    the same schema (a JSON object with "$schema" and the same title): someone else's."""
+    foreign = []
+    for name, text in json_schemas().items():
+        path = Path(directory) / name
+        if not path.exists() and not path.is_symlink():
+            continue
+        try:
+            old = json.loads(path.read_text())
+        except (OSError, ValueError):
+            old = None
+        title = json.loads(text)["title"]
+        if not (isinstance(old, dict) and "$schema" in old and old.get("title") == title):
+            foreign.append(path)
+    return foreign
+
+
 def export(directory: str | os.PathLike) -> list[Path]:
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)

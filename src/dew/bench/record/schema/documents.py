@@ -1,0 +1,150 @@
+"""The other JSON dew writes beside its records, each with its own model: what a file is,
+read from its content (`document_kind`), and its check (`check_document`).
+
+    JSON Schema    results/schema/*.schema.json    python -m dew.bench.record.schema
+    run level      results/noise.json              python -m dew.bench.analysis.history
+    A/B plan       RUN/ab-plan.json                nox -s ab (dew.host.ab_rounds)
+    comparison     compare.json                    dew compare --format json
+    sweep timings  scripts/sweep_time.py --out
+
+A kind is known by the keys only it has at its top, checked before a record's (a
+comparison has a kind and rows too). Each model names the fields the readers use and
+allows more (a newer writer may add some); `dew validate` checks a file of each kind
+against its model, and the site lists them by kind, never as a broken record.
+Pydantic and the standard library only, like the rest of the schema.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt
+
+RECORD = "record"
+RECORD_KEYS = ({"schema_version"}, {"kind", "rows"})  # an object with either claims to be one
+# The verdicts a comparison ends in (dew.bench.analysis.judge's outcomes).
+OUTCOMES = ("REPRODUCED", "NOT REPRODUCED", "INCONCLUSIVE")
+
+
+class Document(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class JsonSchema(Document):
+    """A JSON Schema as `dew schema --export` writes it (draft 2020-12, one object model)."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    dialect: str = Field(alias="$schema", pattern=r"^https://json-schema\.org/")
+    title: str
+    type: Literal["object"]
+    properties: dict[str, dict]
+
+
+class RowLevels(Document):
+    process: NonNegativeFloat
+    process_df: NonNegativeFloat
+    run: NonNegativeFloat
+    run_df: NonNegativeFloat
+
+
+class KindLevels(RowLevels):
+    """One device kind's fitted noise levels (standard deviations, fractions)."""
+
+    platform: str | None
+    shift: NonNegativeFloat
+    shift_df: NonNegativeFloat
+    records: int = Field(ge=2)  # an A/A pair at least
+    groups: list[list[str]]
+    rows: dict[str, RowLevels]
+
+
+class RunLevels(Document):
+    """results/noise.json: the A/A history's fit per device kind."""
+
+    command: str
+    kinds: dict[str, KindLevels]
+
+
+class PlanSide(Document):
+    given: str
+    kind: Literal["commit", "record", "image"]
+    commit: str | None
+    image: str | None
+    image_id: str | None
+    outside: list[dict]
+
+
+class PlanRun(Document):
+    round: int = Field(ge=1)
+    unit: int = Field(ge=1)
+    side: Literal["A", "B"]
+    record: str
+    exit: int
+
+
+class AbPlan(Document):
+    """RUN/ab-plan.json: the two sides, the cases and the order the rounds ran in."""
+
+    sides: dict[Literal["A", "B"], PlanSide]
+    rounds: int = Field(ge=1)
+    units: list[str]
+    env: dict[Literal["A", "B"], dict[str, str]]
+    tool: list[str]
+    band: float = Field(gt=0, lt=100)
+    alpha: float = Field(gt=0, lt=1)
+    order: list[PlanRun]
+
+
+class ComparisonDocument(Document):
+    """compare.json: `dew compare --format json` (docs/reproducing.md lists its fields;
+    a compare before the outcome field wrote none)."""
+
+    run: str
+    reference: str | None
+    kind: str | None = None
+    summary: str
+    outcome: Literal[OUTCOMES] | None = None  # type: ignore[valid-type]
+    exit: Literal[0, 1, 3] | None = None
+    rows: list[dict] = []
+
+
+class SweepTimings(Document):
+    """scripts/sweep_time.py --out: a cold and a warm sweep's time."""
+
+    checkout: str
+    preset: str
+    steps: int = Field(ge=1)
+    runs: dict[str, dict]
+    cpus: NonNegativeInt | None = None
+
+
+# (name, the keys only it has at its top, its model), in the order they are told apart.
+KINDS: tuple[tuple[str, set[str], type[Document]], ...] = (
+    ("JSON Schema", {"$schema"}, JsonSchema),
+    ("run level", {"command", "kinds"}, RunLevels),
+    ("A/B plan", {"sides", "rounds", "order"}, AbPlan),
+    ("comparison", {"run", "reference", "summary", "rows"}, ComparisonDocument),
+    ("sweep timings", {"checkout", "runs", "preset"}, SweepTimings),
+)
+MODELS = {name: model for name, _, model in KINDS}
+
+
+def document_kind(value: dict) -> str | None:
+    """What a JSON object dew may have written is: one of KINDS' names, RECORD when it
+    claims to be a record, None for anything else."""
+    keys = value.keys()
+    for name, marks, _ in KINDS:
+        if marks <= keys:
+            return name
+    return RECORD if any(marks <= keys for marks in RECORD_KEYS) else None
+
+
+def check_document(kind: str, text: str) -> pydantic.ValidationError | None:
+    """The problems of a document of `kind` (one of KINDS' names), None when it is valid."""
+    try:
+        MODELS[kind].model_validate(json.loads(text))
+    except pydantic.ValidationError as error:
+        return error
+    return None
