@@ -208,7 +208,8 @@ def test_podman_without_a_cdi_spec_is_refused_before_anything_is_built(tmp_path)
     result = _session(["--architectures", "simple_dit"], env)
     assert result.returncode == 2, result.stderr[-2000:]
     assert _error_lines(result) == [
-        f"nox -s bench-gpu: error: podman finds no CDI spec naming nvidia.com/gpu in {tmp_path / 'cdi'}: "
+        "nox -s bench-gpu: error: podman finds no CDI spec naming nvidia.com/gpu in "
+        f"{tmp_path / 'cdi'}: "
         "generate it with `sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml` "
         "(NVIDIA Container Toolkit)"
     ]
@@ -231,7 +232,8 @@ def test_docker_without_the_nvidia_toolkit_is_refused_before_anything_is_built(t
     result = _session([], env)
     assert result.returncode == 2, result.stderr[-2000:]
     assert _error_lines(result) == [
-        "nox -s bench-gpu: error: docker has no NVIDIA Container Toolkit here (no `nvidia` runtime in "
+        "nox -s bench-gpu: error: docker has no NVIDIA Container Toolkit here "
+        "(no `nvidia` runtime in "
         "`docker info`, none of nvidia-container-cli, nvidia-ctk, nvidia-container-runtime-hook "
         "on PATH): install it, then `sudo nvidia-ctk runtime configure --runtime=docker && "
         "sudo systemctl restart docker`"

@@ -110,7 +110,8 @@ def test_ab_and_reproduce_take_a_package_from_outside_dew(tmp_path):
             if line.startswith("nox -s reproduce: error:")
         ]
         assert errors == [
-            f"nox -s reproduce: error: record a.json used dew-example 0.1.0 {first[:7]} from outside dew, "
+            "nox -s reproduce: error: record a.json used dew-example 0.1.0 "
+            f"{first[:7]} from outside dew, "
             "which dew's image lacks: give it with --outside PATH[@REV] (its git checkout or "
             "folder) or --outside WHEEL"
         ]
