@@ -157,7 +157,7 @@ def test_bundle_arguments_are_one_line_exit_2(argv, message, capsys):
         bundle.checked_arguments(argv)
     assert stopped.value.code == 2
     err = capsys.readouterr().err
-    assert err.startswith("bundle: error: ") and message in err and err.count("\n") == 1
+    assert err.startswith("nox -s bundle: error: ") and message in err and err.count("\n") == 1
 
 
 def test_bundle_will_not_write_over_a_folder_that_is_no_bundle(tmp_path, capsys):

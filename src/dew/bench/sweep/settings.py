@@ -55,7 +55,8 @@ class Options:
     compile_jobs: int | None = None
     """cases compiled at once, in their own processes, before they are timed one at a time
     (dew.bench.sweep.waves); default: the CPU count on CPU, 1 on a GPU (concurrent compiles
-    would autotune concurrently on the one device)"""
+    would autotune concurrently on the one device), on a TPU the CPU count or what the host's
+    memory holds at 5 GiB a compile (dew.bench.sweep.chip: compiled without the chip)"""
     xla_flags: str | None = None
     """appended to XLA_FLAGS for the cases"""
     allocator: Literal["auto", "tcmalloc", "system"] = "auto"

@@ -176,6 +176,23 @@ class BenchmarkRun(Record):
                 raise ValueError(f"rows[{index}] is a {row_kind(row)} row in a {self.kind!r} run")
         return self
 
+    @pydantic.model_validator(mode="after")
+    def _no_guessed_cpu_over_tpu_rows(self) -> BenchmarkRun:
+        """A record from before its devices were read by the process that held them
+        (read_by null) could say cpu where its rows ran on a TPU: its cases' processes said
+        so in each row's gpu note. Its TPU's kind and count are not known: refused."""
+        devices = self.environment.devices if self.environment else None
+        if devices is None or devices.read_by is not None or devices.platform != "cpu":
+            return self
+        for index, row in enumerate(self.rows):
+            note = getattr(getattr(row, "gpu", None), "note", None) or ""
+            if note.endswith("platform tpu"):
+                raise ValueError(
+                    f"rows[{index}] ran on a TPU but the devices say cpu (read before dew "
+                    "asked the process that held the chip): its TPU is unknown; measure again"
+                )
+        return self
+
 
 # --- reading and writing -----------------------------------------------------------------
 

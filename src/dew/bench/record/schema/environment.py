@@ -70,10 +70,7 @@ class Backend(Record):
     @pydantic.field_validator("env_after_import")
     @classmethod
     def _only_allowlisted(cls, flags: dict[str, str] | None) -> dict[str, str] | None:
-        for name in flags or {}:
-            if not is_recordable_env_flag(name):
-                raise ValueError(f"environment variable {name!r} may not be recorded")
-        return flags
+        return recordable_flags(flags)
 
 
 class Container(Record):
@@ -306,13 +303,18 @@ class Environment(Record):
     @pydantic.field_validator("env_flags")
     @classmethod
     def _only_allowlisted_flags(cls, flags: dict[str, str] | None) -> dict[str, str] | None:
-        for name in flags or {}:
-            if not is_recordable_env_flag(name):
-                raise ValueError(
-                    f"environment variable {name!r} may not be recorded; only names starting "
-                    f"with {', '.join(ENV_FLAG_PREFIXES)} that do not look like credentials"
-                )
-        return flags
+        return recordable_flags(flags)
+
+
+def recordable_flags(flags: dict[str, str] | None) -> dict[str, str] | None:
+    """`flags` when every name may be recorded (is_recordable_env_flag); else ValueError."""
+    for name in flags or {}:
+        if not is_recordable_env_flag(name):
+            raise ValueError(
+                f"environment variable {name!r} may not be recorded; only names starting "
+                f"with {', '.join(ENV_FLAG_PREFIXES)} that do not look like credentials"
+            )
+    return flags
 
 
 # --- idle-host check ---------------------------------------------------------------------

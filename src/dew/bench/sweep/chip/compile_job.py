@@ -53,9 +53,10 @@ def main() -> None:
         compile_only = dataclasses.replace(options, compile_only=True)
         prepared = prepare(case, compile_only, figures, clock, devices)
         tokens = prepared.tokens_per_sample
-        with clock.phase("save"):
-            batch = prepared.trainer.example_batch(case.batch)
-            save_program(work["folder"], prepared.trainer, batch)
+        if not options.compile_only:  # a compile-only run times nothing: nothing to save
+            with clock.phase("save"):
+                batch = prepared.trainer.example_batch(case.batch)
+                save_program(work["folder"], prepared.trainer, batch)
     except Exception as failed:
         error = failure(failed)
     fields = {"figures": figures.fields(), "tokens": tokens, "error": error,

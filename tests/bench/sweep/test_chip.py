@@ -1,0 +1,58 @@
+"""The chip's executor (dew.bench.sweep.chip): cases compiled in processes of their own that
+never open a device, saved, then timed in one fresh process per round. On a host without a
+TPU the same path runs on the CPU (topology "cpu"): real compiles, real executables saved
+and loaded, a real holder process."""
+
+from __future__ import annotations
+
+import pytest
+
+from dew.bench.common.units import GIB
+from dew.bench.runtime.progress import SilentProgress
+from dew.bench.sweep.chip.holder import own_peak
+from dew.bench.sweep.chip.rounds import HeldChip
+from dew.bench.sweep.presets import get
+from dew.bench.sweep.settings import Options
+
+
+def test_a_rows_peak_is_its_own_only_where_it_raised_the_process_peak():
+    assert own_peak({"peak_bytes": 2 * GIB}, highest=GIB) == (2.0, None)
+    peak, note = own_peak({"peak_bytes": GIB}, highest=2 * GIB)
+    assert peak is None and "earlier case in its process peaked at 2.00 GiB" in note
+    assert own_peak({}, highest=0) == (None, None)  # a CPU: no allocator readings
+
+
+def test_the_holder_takes_the_lowest_peak_first(tmp_path):
+    chip = HeldChip(Options(preset="cpu-smoke"), SilentProgress(), "cpu")
+    cases = [(0, "a"), (1, "b"), (2, "c")]
+    chip.compiled = {i: {"figures": {"compiler_peak_gib": gib}} for i, gib in enumerate((3, 1, 2))}
+    assert [i for i, _ in chip._ordered(cases)] == [1, 2, 0]  # the compiler's estimate
+    chip.peaks = {0: 1, 1: 5, 2: 3}  # what the last round read wins
+    assert [i for i, _ in chip._ordered(cases)] == [0, 2, 1]
+    chip.stop()
+
+
+@pytest.mark.slow
+def test_cases_compile_once_elsewhere_and_every_round_times_them_in_a_fresh_holder(monkeypatch):
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+    cases = [c for c in get("cpu-smoke").cases if c.architecture in ("simple_dit", "uvit")]
+    options = Options(preset="cpu-smoke", steps=3, mesh={"fsdp": 8, "min_shard_size": 256},
+                      compile_jobs=2, compilation_cache_dir="off")  # fmt: skip
+    chip = HeldChip(options, SilentProgress(), "cpu")
+    try:
+        rounds = [list(chip.round(list(enumerate(cases)), r, lambda: None)) for r in range(2)]
+    finally:
+        chip.stop()
+    for results in rounds:
+        assert sorted(r.row.architecture for r in results) == ["simple_dit", "uvit"]
+        assert all(r.row.status == "ok" and r.row.ms_per_step > 0 for r in results)
+    first, second = (
+        [[p.name for p in r.row.repeats[0].phases] for r in results] for results in rounds
+    )
+    assert all("compile" in names and "save" in names for names in first)  # compiled once
+    assert not any("compile" in names for names in second)  # the same executables again
+    assert sum("open" in names for names in first) == 1  # one holder, opened once a round
+    assert sum("open" in names for names in second) == 1
+    gflop = {r.row.architecture: r.row.gflop_per_step for r in rounds[0]}
+    assert {r.row.architecture: r.row.gflop_per_step for r in rounds[1]} == gflop
