@@ -44,8 +44,8 @@ def test_nox_refuses_a_host_without_a_tpu_in_one_line():
     assert done.returncode == 2, done.stderr
     errors = [line for line in done.stderr.splitlines() if not line.startswith("nox > ")]
     assert errors == [
-        "bench-tpu: error: no TPU on this host (no /dev/accel*, no /dev/vfio/N, no Google PCI "
-        "device): run it on a TPU VM, or `nox -s cpu-smoke` here"
+        "nox -s bench-tpu: error: no TPU on this host (no /dev/accel*, no /dev/vfio/N, no "
+        "Google PCI device): run it on a TPU VM, or `nox -s cpu-smoke` here"
     ]
     assert not list((ROOT / "results" / "runs").glob("*-small-tpu-*"))
 
