@@ -22,6 +22,7 @@ from dew.bench.runtime.phases import PhaseClock
 from dew.bench.sweep.case_run import Figures, failure, prepare
 from dew.bench.sweep.presets import Case
 from dew.bench.sweep.settings import Options
+from dew.flags import CACHE_OFF
 
 ENVIRONMENT = {"JAX_PLATFORMS": "cpu", "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"}
 NAME = "the case's compile process"
@@ -50,7 +51,12 @@ def main() -> None:
         from dew.train.executables import save_program, topology_devices
 
         devices = topology_devices(work["topology"])
-        compile_only = dataclasses.replace(options, compile_only=True)
+        # JAX writes a persistent-cache entry here but cannot read one back in a process
+        # without the chip ("PjRtCompiler must be constructed with a Client to call
+        # DeserializeLoadedExecutable"): every TPU case compiles from scratch.
+        compile_only = dataclasses.replace(
+            options, compile_only=True, compilation_cache_dir=CACHE_OFF
+        )
         prepared = prepare(case, compile_only, figures, clock, devices)
         tokens = prepared.tokens_per_sample
         if not options.compile_only:  # a compile-only run times nothing: nothing to save
