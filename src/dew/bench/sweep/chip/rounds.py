@@ -90,14 +90,15 @@ class HeldChip:
                     folder = os.path.join(self.folder, str(position))
                     child.send(compile_job.job(case, self.options, self.topology, folder))
                     self.progress.set(position, "compiling")
-                    future = pool.submit(self._answer, child, case, "compile", self.compile_s)
-                    running[future] = (position, case, time.perf_counter())
+                    future = pool.submit(self._answer, child, "compile", self.compile_s)
+                    running[future] = (position, case, child, time.perf_counter())
                 done, _ = concurrent.futures.wait(
                     running, return_when=concurrent.futures.FIRST_COMPLETED
                 )
                 for future in done:
-                    position, case, start = running.pop(future)
+                    position, case, child, start = running.pop(future)
                     fields = future.result()
+                    self._end(child, case)  # here: the children are this thread's alone
                     self.compiled[position] = fields
                     seconds[position] = time.perf_counter() - start
                     if fields["error"] is None:
@@ -107,15 +108,15 @@ class HeldChip:
                         row = self._failed(case, fields, fields["error"])
                         yield RunResult(position, case, row, seconds[position])
 
-    def _answer(self, child: protocol.Child, case: Case, phase: str, deadline: float) -> dict:
-        """A compile process's answer: its fields, or its failure as the error."""
+    @staticmethod
+    def _answer(child: protocol.Child, phase: str, deadline: float) -> dict:
+        """A compile process's answer (in a pool's thread): its fields, or its failure as
+        the error."""
         try:
             message = child.receive(Result, phase=phase, deadline=deadline)
-            fields = dict(message.row)
+            return dict(message.row)
         except protocol.ChildFailed as failure:
-            fields = {"figures": {}, "tokens": None, "phases": [], "error": str(failure)}
-        self._end(child, case)
-        return fields
+            return {"figures": {}, "tokens": None, "phases": [], "error": str(failure)}
 
     # --- the time stage ------------------------------------------------------------------
 
