@@ -5,6 +5,8 @@ and loaded, a real holder process."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from dew.bench.common.units import GIB
@@ -56,3 +58,35 @@ def test_cases_compile_once_elsewhere_and_every_round_times_them_in_a_fresh_hold
     assert sum("open" in names for names in second) == 1
     gflop = {r.row.architecture: r.row.gflop_per_step for r in rounds[0]}
     assert {r.row.architecture: r.row.gflop_per_step for r in rounds[1]} == gflop
+
+
+@pytest.mark.slow
+def test_a_later_run_loads_the_programs_an_earlier_one_kept(monkeypatch, tmp_path):
+    """JAX's persistent cache cannot be read back without the chip: the chip's runs keep
+    their programs whole in the compilation cache directory, and a later run of the same
+    case, code and stack loads them; another dtype is another program."""
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+    case = next(c for c in get("cpu-smoke").cases if c.architecture == "simple_dit")
+    options = Options(preset="cpu-smoke", steps=3, mesh={"fsdp": 8, "min_shard_size": 256},
+                      repeats=3, compile_jobs=1, compilation_cache_dir=str(tmp_path))  # fmt: skip
+
+    def one_run(options):
+        chip = HeldChip(options, SilentProgress(), "cpu")
+        try:
+            (result,) = chip.round([(0, case)], 0, lambda: None)
+        finally:
+            chip.stop()
+        assert result.row.status == "ok", result.row.error
+        return result.row, [p.name for p in result.row.repeats[0].phases]
+
+    first, first_phases = one_run(options)
+    assert "compile" in first_phases and "load" not in first_phases
+    assert len(list((tmp_path / "dew-tpu-programs").iterdir())) == 1
+    again, again_phases = one_run(options)
+    assert "load" in again_phases and "compile" not in again_phases
+    assert (again.compile_s, again.gflop_per_step) == (first.compile_s, first.gflop_per_step)
+    assert again.load_s is not None
+    other, other_phases = one_run(dataclasses.replace(options, dtype="float32"))
+    assert "compile" in other_phases
+    assert len(list((tmp_path / "dew-tpu-programs").iterdir())) == 2

@@ -20,6 +20,7 @@ from dew.bench.runtime import protocol
 from dew.bench.runtime.conversation import Job, Result
 from dew.bench.runtime.phases import PhaseClock
 from dew.bench.sweep.case_run import Figures, failure, prepare
+from dew.bench.sweep.chip import kept_programs
 from dew.bench.sweep.presets import Case
 from dew.bench.sweep.settings import Options
 from dew.flags import CACHE_OFF
@@ -46,14 +47,29 @@ def main() -> None:
     clock = PhaseClock()
     clock.add("imports", work["spawned"], time.time() - work["spawned"])
     case, options = Case.model_validate(work["case"]), Options(**work["options"])
+    kept = kept_programs.cache_dir(options) if not options.compile_only else None
+    digest = kept_programs.key(case, options, work["topology"]) if kept else None
+    entry = kept_programs.find(kept, digest) if kept and digest else None
+    if entry is not None:  # compiled by an earlier run: its figures, its folder
+        parent.send(Result(loaded(entry, clock)))
+        return
+    fields = compiled(case, options, work["topology"], work["folder"], clock)
+    if kept and digest and fields["error"] is None:
+        kept_programs.keep(kept, digest, work["folder"], fields)
+    parent.send(Result(fields))
+
+
+def compiled(case: Case, options: Options, topology: str, folder: str, clock) -> dict:
+    """The case compiled here and its program saved in `folder`: the fields the run needs
+    (the figures, tokens per sample, the error or None, the phases)."""
     figures, tokens, error = Figures(), None, None
     try:
         from dew.train.executables import save_program, topology_devices
 
-        devices = topology_devices(work["topology"])
+        devices = topology_devices(topology)
         # JAX writes a persistent-cache entry here but cannot read one back in a process
         # without the chip ("PjRtCompiler must be constructed with a Client to call
-        # DeserializeLoadedExecutable"): every TPU case compiles from scratch.
+        # DeserializeLoadedExecutable"): the programs are kept whole instead (kept_programs).
         compile_only = dataclasses.replace(
             options, compile_only=True, compilation_cache_dir=CACHE_OFF
         )
@@ -62,9 +78,19 @@ def main() -> None:
         if not options.compile_only:  # a compile-only run times nothing: nothing to save
             with clock.phase("save"):
                 batch = prepared.trainer.example_batch(case.batch)
-                save_program(work["folder"], prepared.trainer, batch)
+                save_program(folder, prepared.trainer, batch)
     except Exception as failed:
         error = failure(failed)
-    fields = {"figures": figures.fields(), "tokens": tokens, "error": error,
-              "phases": clock.dump()}  # fmt: skip
-    parent.send(Result(fields))
+    return {"figures": figures.fields(), "tokens": tokens, "error": error,
+            "phases": clock.dump(), "folder": folder}  # fmt: skip
+
+
+def loaded(entry, clock: PhaseClock) -> dict:
+    """An earlier run's program of the same key: its compile's figures (compile_s the
+    original's, load_s the read), "load" in the phases, the holder pointed at it."""
+    began, start = time.time(), time.perf_counter()
+    fields = kept_programs.read(entry)
+    seconds = time.perf_counter() - start
+    clock.add("load", began, seconds)
+    fields["figures"] = {**fields["figures"], "load_s": seconds}
+    return {**fields, "phases": clock.dump(), "folder": str(entry)}

@@ -173,7 +173,8 @@ class HeldChip:
     # --- children --------------------------------------------------------------------------
 
     def _folder(self, position: int) -> str:
-        return os.path.join(self.folder, str(position))
+        """Where the case's program is: the one its compile saved, or an earlier run's."""
+        return self.compiled[position].get("folder") or os.path.join(self.folder, str(position))
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> protocol.Child:
         child = protocol.spawn(name, argv, env=env)
