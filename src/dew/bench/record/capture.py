@@ -308,7 +308,7 @@ def _cuda_int_version(v: int) -> str:
 
 def _first_version(names: Sequence[str]) -> str | None:
     for name in names:
-        version = _version(name)
+        version = device_identity.package_version(name)
         if version:
             return version
     return None
@@ -376,13 +376,6 @@ def _code(repo: Path, environ: Mapping[str, str]) -> Code:
 def _git(repo: Path, *args: str) -> str | None:
     """git's output in the checkout `repo` (None outside one, or when git answers otherwise)."""
     return git(repo, *args) if (repo / ".git").exists() else None
-
-
-def _version(name: str) -> str | None:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 def _packages(path: Sequence[str] | None = None) -> dict[str, str | None]:

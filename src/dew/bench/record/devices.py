@@ -57,7 +57,7 @@ def backend(devices: Sequence[Any], environ: Mapping[str, str] | None = None) ->
 
     return Backend(
         platform_version=str(version) if version is not None else None,
-        libtpu=_version("libtpu") or _version("libtpu-nightly"),
+        libtpu=package_version("libtpu") or package_version("libtpu-nightly"),
         env_after_import={k: v for k, v in sorted(flags.items()) if is_recordable_env_flag(k)},
         transparent_hugepages=_hugepages(),
     )
@@ -122,7 +122,8 @@ def _memory_gib(device: Any, environ: Mapping[str, str], gpus) -> float | None:
     return None
 
 
-def _version(name: str) -> str | None:
+def package_version(name: str) -> str | None:
+    """An installed distribution's version, or None."""
     try:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:

@@ -14,7 +14,6 @@ compile_s the original compile's, load_s the read.
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import json
 import os
 import shutil
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import dew
+from dew.bench.record.devices import package_version
 from dew.bench.sweep.presets import Case
 from dew.bench.sweep.settings import Options, compilation_cache
 
@@ -49,7 +49,7 @@ def key(case: Case, options: Options, topology: str) -> str:
         "options": {name: getattr(options, name)
                     for name in ("preset", "dtype", "mesh", "attention_impl", "xla_flags")},
         "topology": topology,
-        "versions": {name: _version(name) for name in VERSIONS},
+        "versions": {name: package_version(name) for name in VERSIONS},
         "environment": {name: os.environ.get(name) for name in ("XLA_FLAGS", "LIBTPU_INIT_ARGS")},
         "dew": _source_digest(),
     }  # fmt: skip
@@ -82,13 +82,6 @@ def keep(folder: Path, digest: str, program: str, fields: dict[str, Any]) -> boo
         if temporary is not None:
             shutil.rmtree(temporary, ignore_errors=True)
         return False
-
-
-def _version(name: str) -> str | None:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 def _source_digest() -> str:
