@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from dew.bench.common.cli import UsageError, one_line
-from dew.bench.runtime import protocol
+from dew.bench.runtime import chip_lock, protocol
 from dew.bench.sweep import presets
 from dew.bench.sweep.presets import Case
 from dew.bench.sweep.settings import Options, append_xla_flags
@@ -83,7 +83,11 @@ def probe_devices(environment: dict[str, str], timeout_s: float = protocol.PROBE
         except protocol.ChildTimedOut:
             raise UsageError(f"JAX did not start within {timeout_s:.0f} s") from None
         except protocol.ChildFailed as error:
-            why = _why(Path(probe.log).read_text(errors="replace"), str(error))
+            output = Path(probe.log).read_text(errors="replace")
+            held = chip_lock.held_line(output)
+            if held:  # a TPU another process holds: say which
+                raise UsageError(held) from None
+            why = _why(output, str(error))
             raise UsageError(f"JAX cannot start with this environment: {why}") from None
 
 
