@@ -97,13 +97,15 @@ def allocator_fields(environ: Mapping[str, str]) -> dict[str, Any]:
     }
 
 
-def keep_log(directory: str, case: Case) -> str:
-    """A new, empty file for the case's log in `directory`: `<case>-<n>.log`, n the first
-    number free (created exclusively: cases compiling at once never share one)."""
+def keep_log(directory: str, case: Case | str) -> str:
+    """A new, empty file for a log in `directory`: `<case>-<n>.log` (a case's), or
+    `<name>-<n>.log` for another process's, n the first number free (created
+    exclusively: cases compiling at once never share one)."""
     os.makedirs(directory, exist_ok=True)
+    stem = case if isinstance(case, str) else profile_name(case)
     number = 1
     while True:
-        path = os.path.join(directory, f"{profile_name(case)}-{number}.log")
+        path = os.path.join(directory, f"{stem}-{number}.log")
         try:
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
             return path

@@ -14,6 +14,7 @@ bytes in use, which the run orders the next round by.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import sys
 import time
@@ -36,8 +37,6 @@ def argv() -> list[str]:
 
 
 def job(case: Case, options: Options, folder: str, compiled: dict[str, Any]) -> Job:
-    import dataclasses
-
     return Job({"case": case.model_dump(mode="json"), "options": dataclasses.asdict(options),
                 "folder": folder, "compiled": compiled})  # fmt: skip
 
@@ -77,8 +76,7 @@ def time_case(work: dict[str, Any], devices: list[Any], highest: int) -> tuple[d
         readings = _memory(devices[0])
         figures.peak_gib, note = own_peak(readings, highest)
         figures.note = join(figures.note, note)
-        repeat.phases = [*compiled["phases"], *clock.phases]
-        figures.repeats = [repeat]
+        repeat.phases = [*compiled["phases"], *clock.phases]  # measure put it in figures
         del prepared, program, state, batch
     except Exception as failed:
         error = failure(failed)

@@ -84,7 +84,11 @@ class HeldChip:
         environment = {**os.environ, **compile_job.ENVIRONMENT}
         with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
             while pending or running:
-                while pending and len(running) < jobs and room_for_another(self.children):
+                while (
+                    pending
+                    and len(running) < jobs
+                    and (not running or room_for_another(self.children))
+                ):  # one compile at least, whatever the host's memory: never a wait on none
                     position, case = pending.pop(0)
                     child = self._spawn(compile_job.NAME, compile_job.argv(), environment)
                     folder = os.path.join(self.folder, str(position))
@@ -191,7 +195,7 @@ class HeldChip:
         if log_dir and child.log and os.path.exists(child.log):
             child.keep_log = True
             try:
-                kept = keep_log(log_dir, case) if case else _numbered(log_dir, "chip")
+                kept = keep_log(log_dir, case or "chip")
                 shutil.move(child.log, kept)
             except OSError:
                 pass
@@ -201,11 +205,3 @@ class HeldChip:
     @staticmethod
     def _failed(case: Case, fields: dict[str, Any], error: str) -> StepRow:
         return make_row(case, fields.get("figures") or {}, status="failed", error=error)
-
-
-def _numbered(directory: str, stem: str) -> str:
-    os.makedirs(directory, exist_ok=True)
-    number = 1
-    while os.path.exists(os.path.join(directory, f"{stem}-{number}.log")):
-        number += 1
-    return os.path.join(directory, f"{stem}-{number}.log")
