@@ -86,40 +86,40 @@ def save_program(folder: str | Path, trainer, host_batch) -> Path:
 
 
 class Program:
-    """A saved program loaded onto this process's devices: `init()` the initial state and
-    `batch()` the example batch, each in the step's input shardings; `step(state, batch)`
-    one step, the state donated (as the Trainer's)."""
+    """A saved program's step loaded onto this process's devices (the executable only: the
+    inputs are read when asked for): `init()` the initial state and `batch()` the example
+    batch, each in the step's input shardings; `step(state, batch)` one step, the state
+    donated (as the Trainer's)."""
 
     def __init__(self, folder: str | Path):
         from jax.experimental.serialize_executable import deserialize_and_load
 
-        folder = Path(folder)
-        payload, in_tree, out_tree = pickle.loads((folder / STEP_FILE).read_bytes())
+        self.folder = Path(folder)
+        payload, in_tree, out_tree = pickle.loads((self.folder / STEP_FILE).read_bytes())
         self.compiled = deserialize_and_load(payload, in_tree, out_tree)
-        with np.load(folder / INPUTS_FILE) as inputs:
-            self._state = _numbered(inputs, "state_")
-            self._batch = _numbered(inputs, "batch_")
         self._state_shardings, self._batch_shardings = self.compiled.input_shardings[0]
 
     def init(self) -> Any:
-        return _place(self._state, self._state_shardings)
+        return self._placed("state_", self._state_shardings)
 
     def batch(self) -> Any:
-        return _place(self._batch, self._batch_shardings)
+        return self._placed("batch_", self._batch_shardings)
 
     def step(self, state: Any, batch: Any) -> tuple[Any, dict[str, Any]]:
         return self.compiled(state, batch)
 
-
-def _place(arrays: list[np.ndarray], shardings: Any) -> Any:
-    """`arrays` (leaves in order) on the devices, as the tree of `shardings`."""
-    leaves = jax.tree.leaves(shardings)
-    if len(leaves) != len(arrays):
-        raise ValueError(
-            f"the saved program holds {len(arrays)} arrays; its step takes {len(leaves)}"
-        )
-    placed = [jax.device_put(a, s) for a, s in zip(arrays, leaves, strict=True)]
-    return jax.tree.unflatten(jax.tree.structure(shardings), placed)
+    def _placed(self, prefix: str, shardings: Any) -> Any:
+        """The saved arrays named `prefix`<i> on the devices, as the tree of `shardings`:
+        one device_put for them all (JAX batches the transfers)."""
+        leaves = jax.tree.leaves(shardings)
+        with np.load(self.folder / INPUTS_FILE) as inputs:
+            arrays = _numbered(inputs, prefix)
+        if len(leaves) != len(arrays):
+            raise ValueError(
+                f"the saved program holds {len(arrays)} arrays; its step takes {len(leaves)}"
+            )
+        placed = jax.device_put(arrays, leaves)
+        return jax.tree.unflatten(jax.tree.structure(shardings), placed)
 
 
 def _numbered(inputs: Any, prefix: str) -> list[np.ndarray]:

@@ -11,7 +11,7 @@ import pytest
 
 from dew.bench.common.units import GIB
 from dew.bench.runtime.progress import SilentProgress
-from dew.bench.sweep.chip.holder import own_peak
+from dew.bench.sweep.chip.holder import _beside, own_peak
 from dew.bench.sweep.chip.rounds import HeldChip
 from dew.bench.sweep.presets import get
 from dew.bench.sweep.settings import Options
@@ -22,6 +22,12 @@ def test_a_rows_peak_is_its_own_only_where_it_raised_the_process_peak():
     peak, note = own_peak({"peak_bytes": GIB}, highest=2 * GIB)
     assert peak is None and "earlier case in its process peaked at 2.00 GiB" in note
     assert own_peak({}, highest=0) == (None, None)  # a CPU: no allocator readings
+
+
+def test_a_rows_peak_says_when_later_cases_programs_were_loaded_beside_it():
+    assert "2 programs loaded for later cases (1.00 GiB in use" in _beside(2, GIB, 1.5)
+    assert _beside(0, GIB, 1.5) is None  # the round's last case: its program alone
+    assert _beside(2, None, None) is None  # a CPU: no allocator readings
 
 
 def test_the_holder_takes_the_lowest_peak_first(tmp_path):
@@ -55,6 +61,7 @@ def test_cases_compile_once_elsewhere_and_every_round_times_them_in_a_fresh_hold
     assert all("compile" in names and "save" in names for names in first)  # compiled once
     assert not any("compile" in names for names in second)  # the same executables again
     assert sum("open" in names for names in first) == 1  # one holder, opened once a round
+    assert all("deserialize" in names for names in first + second)  # loaded in every holder
     assert sum("open" in names for names in second) == 1
     gflop = {r.row.architecture: r.row.gflop_per_step for r in rounds[0]}
     assert {r.row.architecture: r.row.gflop_per_step for r in rounds[1]} == gflop

@@ -43,6 +43,8 @@ PHASES = (
     "profile",  # --profile-dir's traced steps
     "save",  # a chip's case: its executable, initial state and batch saved for the holder
     "open",  # a chip's holder opening the chip (on the first case it times)
+    "deserialize",  # a chip's holder loading the saved executable onto the chip (the
+    # round's programs side by side, before its first case is timed)
 )
 
 

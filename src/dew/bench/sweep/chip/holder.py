@@ -2,9 +2,14 @@
 
 It opens the chip, says so (Ready), and then takes one Job at a time (a case, its saved
 program's folder, the figures its compile measured), answering each with the case's row
-(Result): the program loaded (dew.train.executables.Program), its state and batch put on
-the chip, then the same windows, util and loss checks as every case
-(dew.bench.sweep.case_run.measure). The run closes the channel when the round is over.
+(Result): its state and batch put on the chip, then the same windows, util and loss checks
+as every case (dew.bench.sweep.case_run.measure). The run closes the channel when the round
+is over.
+
+The first Job names every program the holder will time (`load_ahead`): they are loaded
+onto the chip (dew.train.executables.Program: deserialized, seconds a program) side by
+side in threads before any case is timed, so that the round pays the longest load rather
+than their sum, and no load runs while a case is timed. Each is unloaded after its case.
 
 A row's peak HBM: memory_stats' peak_bytes_in_use only rises within a process, so it is
 the row's own only where this row raised it above every earlier row of the process; else
@@ -14,8 +19,10 @@ bytes in use, which the run orders the next round by.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import gc
+import os
 import sys
 import time
 from typing import Any
@@ -36,9 +43,18 @@ def argv() -> list[str]:
     return [sys.executable, "-c", "from dew.bench.sweep.chip.holder import main; main()"]
 
 
-def job(case: Case, options: Options, folder: str, compiled: dict[str, Any]) -> Job:
+def job(
+    case: Case,
+    options: Options,
+    folder: str,
+    compiled: dict[str, Any],
+    load_ahead: list[str] | None = None,
+) -> Job:
+    """A case to time; `load_ahead`: the folders of every program this holder will time
+    (on its first job), loaded side by side before the first is timed."""
     return Job({"case": case.model_dump(mode="json"), "options": dataclasses.asdict(options),
-                "folder": folder, "compiled": compiled})  # fmt: skip
+                "folder": folder, "compiled": compiled,
+                "load_ahead": load_ahead or []})  # fmt: skip
 
 
 def main() -> None:
@@ -50,17 +66,39 @@ def main() -> None:
     opened = time.perf_counter() - start
     parent.send(Ready({"open_s": opened, "began": began}))
     highest = 0  # the process's peak_bytes_in_use before the current row
-    while (message := parent.receive(Job)) is not None:
-        row, readings = time_case(message.work, devices, highest)
-        highest = max(highest, readings.get("peak_bytes") or 0)
-        parent.send(Result({"row": row, "readings": readings}))
-        gc.collect()
+    loading: dict[str, concurrent.futures.Future] = {}  # folder -> its load
+    with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        while (message := parent.receive(Job)) is not None:
+            for folder in message.work["load_ahead"]:
+                loading.setdefault(folder, pool.submit(_load, folder))
+            concurrent.futures.wait(loading.values())  # none loads while a case is timed
+            load = loading.pop(message.work["folder"], None) or pool.submit(
+                _load, message.work["folder"]
+            )
+            row, readings = time_case(message.work, devices, highest, load, len(loading))
+            highest = max(highest, readings.get("peak_bytes") or 0)
+            parent.send(Result({"row": row, "readings": readings}))
+            del load
+            gc.collect()
 
 
-def time_case(work: dict[str, Any], devices: list[Any], highest: int) -> tuple[dict, dict]:
-    """One case of the round: its row (JSON) and what memory_stats read after it."""
+def _load(folder: str) -> tuple[Any, float, float]:
+    """The program in `folder` loaded onto the chip: (Program, start, seconds)."""
     from dew.train.executables import Program
 
+    began, start = time.time(), time.perf_counter()
+    return Program(folder), began, time.perf_counter() - start
+
+
+def time_case(
+    work: dict[str, Any],
+    devices: list[Any],
+    highest: int,
+    load: concurrent.futures.Future,
+    others_loaded: int,
+) -> tuple[dict, dict]:
+    """One case of the round (its program's `load` begun): its row (JSON) and what
+    memory_stats read after it. `others_loaded`: programs still loaded for later cases."""
     case, options = Case.model_validate(work["case"]), Options(**work["options"])
     compiled = work["compiled"]
     figures = Figures(**compiled["figures"])
@@ -68,14 +106,16 @@ def time_case(work: dict[str, Any], devices: list[Any], highest: int) -> tuple[d
     error = diverged = None
     readings: dict[str, Any] = {}
     try:
+        program, began, seconds = load.result()
+        clock.add("deserialize", began, seconds)
+        before = _memory(devices[0]).get("in_use_bytes")
         with clock.phase("init"):
-            program = Program(work["folder"])
             state, batch = block((program.init(), program.batch()))
         prepared = Prepared(case, program, state, batch, figures, compiled["tokens"], devices)
         repeat, diverged = measure(prepared, options, figures, clock)
         readings = _memory(devices[0])
         figures.peak_gib, note = own_peak(readings, highest)
-        figures.note = join(figures.note, note)
+        figures.note = join(figures.note, note, _beside(others_loaded, before, figures.peak_gib))
         repeat.phases = [*compiled["phases"], *clock.phases]  # measure put it in figures
         del prepared, program, state, batch
     except Exception as failed:
@@ -94,6 +134,16 @@ def own_peak(readings: dict[str, Any], highest: int) -> tuple[float | None, str 
     return None, (
         f"peak HBM not its own: an earlier case in its process peaked at {highest / GIB:.2f} "
         "GiB, and the allocator's peak only rises"
+    )
+
+
+def _beside(others_loaded: int, before: int | None, peak_gib: float | None) -> str | None:
+    """What a row's peak holds besides the case: the programs loaded for later cases."""
+    if not others_loaded or peak_gib is None or before is None:
+        return None
+    return (
+        f"its peak includes {others_loaded} programs loaded for later cases "
+        f"({before / GIB:.2f} GiB in use before its state was placed)"
     )
 
 

@@ -2,10 +2,10 @@
 
 A round: the cases not compiled yet compiled side by side without the chip (compile_job,
 up to --compile-jobs at once while the host's memory holds another), then one fresh
-process holding the chip times the round's cases one after another (holder), ordered by
-the peaks read so far so that each row's peak is its own. A holder that dies fails the
-case it was timing and a new one takes the rest. Every wait has a deadline
-(dew.bench.sweep.settings.case_deadlines).
+process holding the chip loads the round's programs side by side and times its cases one
+after another (holder), ordered by the peaks read so far so that each row's peak is its
+own. A holder that dies fails the case it was timing and a new one takes the rest. Every
+wait has a deadline (dew.bench.sweep.settings.case_deadlines).
 """
 
 from __future__ import annotations
@@ -150,6 +150,7 @@ class HeldChip:
                 return
             open_phase = [{"name": "open", "start": opened.figures["began"],
                            "seconds": round(opened.figures["open_s"], 3)}]  # fmt: skip
+            load_ahead = [self._folder(position) for position, _ in left]
             while left:
                 position, case = left.pop(0)
                 self.progress.set(position, "timing")
@@ -159,7 +160,9 @@ class HeldChip:
                 fields["phases"] = [*compiled_now, *open_phase]
                 open_phase = []
                 start = time.perf_counter()
-                chip.send(holder.job(case, self.options, self._folder(position), fields))
+                folder = self._folder(position)
+                chip.send(holder.job(case, self.options, folder, fields, load_ahead))
+                load_ahead = []
                 try:
                     answer = chip.receive(Result, phase="timing", deadline=self.timed_s)
                 except protocol.ChildFailed as failure:  # it died: a new one takes the rest
