@@ -26,6 +26,7 @@ def test_a_rows_peak_is_its_own_only_where_it_raised_the_process_peak():
 
 def test_a_rows_peak_says_when_later_cases_programs_were_loaded_beside_it():
     assert "2 programs loaded for later cases (1.00 GiB in use" in _beside(2, GIB, 1.5)
+    assert _beside(2, 0, 1.5) is None  # an allocator that does not count programs (a v5e's)
     assert _beside(0, GIB, 1.5) is None  # the round's last case: its program alone
     assert _beside(2, None, None) is None  # a CPU: no allocator readings
 
