@@ -89,6 +89,17 @@ def test_a_real_change_is_flagged_at_the_first_run_after_it_with_its_stack_diffe
         assert "commit" in diffs
 
 
+def test_a_float32_run_is_a_series_of_its_own_not_a_change(tmp_path):
+    write_history(tmp_path, dit=[20.1, 19.7, 20.6], uvit=[30.2, 31.4, 29.6])
+    slower = make_run(3, {"simple_dit": 27.3, "uvit": 40.8}, commit="c000003")
+    slower.settings.dtype = "float32"
+    write_run(tmp_path / "run-f32" / "step.json", slower)
+    series = [s for s in build_series(load_all([tmp_path]).entries) if s.label == "simple_dit"]
+    assert sorted(len(s.points) for s in series) == [1, 3]
+    assert all(not s.changes for s in series)
+    assert {s.title.endswith(" · float32") for s in series} == {True, False}
+
+
 def test_a_history_without_a_change_flags_nothing(tmp_path):
     write_history(
         tmp_path,

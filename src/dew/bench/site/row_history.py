@@ -2,8 +2,9 @@
 its time changed (change points).
 
 A series is one case (`row.label()` and batch) on one device group (kind, count,
-processes) in one preset: the same model on the same hardware, so its ms/step over the
-runs is one signal. Its points are the records' rows that were timed, oldest first.
+processes) in one preset and compute dtype: the same model on the same hardware, so its
+ms/step over the runs is one signal (a float32 run of a bfloat16 case is another series,
+not a change in it). Its points are the records' rows that were timed, oldest first.
 
 Change points, asv-style: ruptures' PELT over the log of the ms/step (a change is a
 ratio, whatever the scale), with a BIC-like penalty scaled by the series' own noise
@@ -28,6 +29,7 @@ from dew.bench.site.records import Entry
 BAND = 0.05  # a smaller relative change is never flagged (compare's default band)
 PENALTY = 2.0  # x sigma^2 x log(n), the BIC's: PELT proposes, the step test decides
 Z_CHANGE = 5.0  # a kept break: its step in standard errors of the noise within segments
+DEFAULT_DTYPE = "bfloat16"  # the step tool's: a series of another names it in its title
 MIN_POINTS = 4  # fewer runs than this have no history to break
 MIN_SEGMENT = 2  # runs on each side of a change: one slow run (a busy host) is no change
 Z95 = 1.96
@@ -65,6 +67,7 @@ class Series:
     device: str
     preset: str | None
     sample: str | None
+    dtype: str | None
     points: list[Point]
     changes: list[Change] = dataclasses.field(default_factory=list)
     noise: float | None = None  # the sigma (log scale) the penalty was scaled by
@@ -73,7 +76,8 @@ class Series:
     @property
     def title(self) -> str:
         batch = f"batch {self.batch}" if self.batch is not None else "batch not recorded"
-        return f"{self.device} · {self.preset or 'no preset'} · {batch}"
+        dtype = f" · {self.dtype}" if self.dtype else ""
+        return f"{self.device} · {self.preset or 'no preset'} · {batch}{dtype}"
 
     def change_at(self, index: int) -> Change | None:
         return next((c for c in self.changes if c.index == index), None)
@@ -108,7 +112,10 @@ def build_series(entries: list[Entry]) -> list[Series]:
             if value is None:
                 continue
             batch = row.key()[1]
-            key = (row.label(), batch, entry.device, entry.record.settings.preset, row.sample)
+            settings = entry.record.settings
+            # Unstated is the default: the published rerun predates the field.
+            dtype = settings.dtype if settings.dtype != DEFAULT_DTYPE else None
+            key = (row.label(), batch, entry.device, settings.preset, row.sample, dtype)
             series = by_key.get(key)
             if series is None:
                 series = by_key[key] = Series(row.label(), batch, *key[2:], points=[])
