@@ -81,6 +81,20 @@ def test_a_tpu_aa_pair_reads_reproduced_and_a_36_percent_change_does_not(tmp_pat
     assert compare_command.main([str(whole), str(ref), "--history", str(tmp_path)]) == 1
 
 
+def test_a_tpu_run_is_held_against_its_own_kind_only(tmp_path, capsys):
+    """A TPU's times beside a GPU's or another chip's are no reproduction: one line, exit 2,
+    both directions; the same kind compares."""
+    tpu = _write(tmp_path, "tpu", _record(1, process=0.003))
+    v4 = _write(tmp_path, "v4", _record(2, process=0.003, kind="TPU v4"))
+    gpu = _write(tmp_path, "gpu", _record(3, process=0.01, platform="gpu", kind="RTX 4080"))
+    for a, b in ((tpu, gpu), (gpu, tpu), (tpu, v4)):
+        assert compare_command.main([str(a), str(b), "--history", str(tmp_path)]) == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert "a TPU's times are compared with records of its own kind" in line
+    again = _write(tmp_path, "again", _record(4, process=0.003))
+    assert compare_command.main([str(again), str(tpu), "--history", str(tmp_path)]) in (0, 3)
+
+
 def test_records_that_cannot_show_the_band_say_so_first_with_what_would(tmp_path, capsys):
     """A GPU kind with no history: the prior's run levels alone span more than ±2%."""
     run = _write(tmp_path, "run", _record(1, process=0.01, platform="gpu", kind="NVIDIA X"))

@@ -29,7 +29,8 @@ Exit 0: REPRODUCED (every comparable row shown the same); 1: NOT REPRODUCED (the
 a row faster or slower, or a row that ran in the reference fails now); 3: INCONCLUSIVE
 (anything else; 1 with --strict); 2 for bad input: flags, a file that is no valid record,
 records of two kinds, one file given twice, records with no comparable row (other cases: a
-usage mistake, not a verdict), an unwritable --plot. On a terminal (--format auto) the
+usage mistake, not a verdict), a TPU's times against another device kind's, an unwritable
+--plot. On a terminal (--format auto) the
 report fits its width (tables.terminal_table); a file or a pipe gets the full Markdown.
 """
 
@@ -76,6 +77,23 @@ def _candidate(path: Path, run: BenchmarkRun) -> bool:
         return False
     preset = (data.get("settings") or {}).get("preset")
     return same_device(devices["kind"], mine.kind) and preset == run.settings.preset
+
+
+def check_tpu_beside_its_kind(run, ref, run_path, ref_path) -> None:
+    """A TPU's times are held against records of its own kind only (UsageError otherwise):
+    another chip, a GPU or a CPU measures another machine, not a reproduction, and there is
+    no A/A history across two kinds to judge by. Params and GFLOP (a compile-only run's
+    parity table) compare across kinds."""
+    devices = [record.environment.devices for record in (run, ref)]
+    if None in devices or not any(d.platform == "tpu" for d in devices):
+        return
+    kinds = [d.kind or d.platform for d in devices]
+    if not same_device(*kinds):
+        raise UsageError(
+            f"RUN {run_path} ran on {kinds[0]} and REFERENCE {ref_path} on {kinds[1]}: a "
+            "TPU's times are compared with records of its own kind; give a reference made "
+            f"on {kinds[0]}, or leave it out for the newest under results/"
+        )
 
 
 def default_reference(run: BenchmarkRun, run_path: Path, directory: Path = RESULTS_DIR):
@@ -234,6 +252,7 @@ def _compare(args: Args) -> int:
         field = "gflop_per_step"
         code = cli.EXIT_OK if parity.passed(rows) else cli.EXIT_CHANGED
     else:
+        check_tpu_beside_its_kind(run, ref, run_path, ref_path)
         kinds = None
         if args.history is not None:
             folder = Path(args.history)

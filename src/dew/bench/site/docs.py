@@ -45,7 +45,7 @@ from dew.bench.record.validate import load
 PROG = "python -m dew.bench.site.docs"
 OPEN = re.compile(r"^<!-- dew-table: (?P<spec>.+?) -->$")
 CLOSE = "<!-- /dew-table -->"
-DEFAULT_FILES = ("docs/performance.md", "README.md")
+DEFAULT_FILES = ("docs/performance.md", "docs/tpu.md", "README.md")
 DIRTY = (
     "was made on a dirty tree (environment.code.dirty): a figure in the docs must come from "
     "a record of a clean commit"
