@@ -120,3 +120,20 @@ def test_ragged_dot_counts_active_work_and_unknown_custom_calls_are_listed():
     assert count.total == count.by_kind["ragged_dot"]
     # A Pallas/Triton kernel call does work the counter cannot see: 0, and named.
     assert count.unknown_custom_calls == ("__gpu$xla.gpu.triton",)
+
+
+def test_a_tpus_matmul_written_as_a_convolution_counts_as_the_matmul():
+    """A TPU's HLO writes some dots as convolutions whose window runs over an input extent
+    of 1 padded by size-1 on both sides (the shapes and windows below are hierarchical_mmdit's
+    and unet's on a v5e): one tap of each output position meets the input, and the count is
+    the matmul's, as the CPU's HLO of the same step counts it. An ordinary convolution's
+    padding taps still count, a 1x1 input's too."""
+    count = hlo_flops(fixture("tpu_matmul_as_convolution.hlo"))
+    # The input gradient of a 192 -> 192 Linear on 16 x 1024 tokens, batch as the window.
+    linear_gradient = product_flops(16, 1024, 192, 192)
+    # A 64 -> 4 x 16 Linear on 16 x 1024 rows, the head axis as the window.
+    head_split = product_flops(16, 1024, 4 * 16, 64)
+    one_pixel = conv_flops(2 * 1 * 1 * 16, 3 * 3, 8)  # SAME 3x3 on 1x1: padding counts
+    image = conv_flops(2 * 8 * 8 * 16, 3 * 3, 8)
+    assert count.by_kind["convolution"] == linear_gradient + head_split + one_pixel + image
+    assert count.op_counts["convolution"] == 4

@@ -295,14 +295,37 @@ def _dot_flops(computation: Computation, instruction: Instruction) -> float:
 
 
 def _window(instruction: Instruction) -> dict[str, list[int]]:
-    """`size=3x3 stride=2x2 pad=1_1x1_1 lhs_dilate=2x2` -> {'size': [3, 3], ...}."""
+    """`size=3x3 stride=2x2 pad=1_1x1_1 lhs_dilate=2x2` -> {'size': [3, 3], 'pad': [1, 1,
+    1, 1], ...} (pad: low and high of each dimension in turn)."""
     window: dict[str, list[int]] = {}
     text = instruction.attribute(_WINDOW) or ""
     for part in text.split():
         key, _, value = part.partition("=")
         if key in ("size", "lhs_dilate"):
             window[key] = [int(v) for v in value.split("x")]
+        elif key == "pad":
+            window[key] = [int(v) for dim in value.split("x") for v in dim.split("_")]
     return window
+
+
+def _matmul_windows(instruction: Instruction, lhs, taps: list[int], window) -> list[int]:
+    """The taps of each window dimension, one where the dimension is a matmul's free axis
+    written as a window: an input extent of 1 padded by size-1 on both sides, which a TPU's
+    HLO makes of a dot (`size=16 pad=15_15`), so that only one tap of each output position
+    meets the input; the rest are padding no ordinary convolution has."""
+    labels = re.search(_DIM_LABELS, instruction.attributes)
+    pads, dilation = window.get("pad"), window.get("lhs_dilate") or []
+    if labels is None or pads is None or len(pads) != 2 * len(taps):
+        return taps
+    lhs_labels = labels.group(1)
+    counted = []
+    for d, size in enumerate(taps):
+        at = lhs_labels.find(str(d))
+        extent = lhs.dims[at] if 0 <= at < len(lhs.dims) else None
+        full = pads[2 * d] == pads[2 * d + 1] == size - 1
+        dilated = d < len(dilation) and dilation[d] > 1
+        counted.append(1 if extent == 1 and full and not dilated else size)
+    return counted
 
 
 def _kernel_input_features(instruction: Instruction, kernel) -> tuple[int, list[int]]:
@@ -322,21 +345,24 @@ def _kernel_input_features(instruction: Instruction, kernel) -> tuple[int, list[
     return features, spatial
 
 
-def _forward_convolution_flops(instruction: Instruction, output, kernel) -> float:
+def _forward_convolution_flops(instruction: Instruction, output, kernel, lhs=None) -> float:
     # Input features per group: the kernel's `i` extent is already C_in / feature_group_count,
     # and for batch-grouped (filter-gradient) convolutions the contraction per output is the
     # kernel's `i` extent too, so one rule covers feature_group_count and batch_group_count.
     features, spatial = _kernel_input_features(instruction, kernel)
     window = _window(instruction)
-    taps = _product(window.get("size") or spatial)
+    taps = window.get("size") or spatial
+    if lhs is not None:  # a matmul written as a convolution counts as the matmul
+        taps = _matmul_windows(instruction, lhs, taps, window)
     base_dilation = _product(window.get("lhs_dilate", []))
-    return 2.0 * output.elements * taps * features / base_dilation
+    return 2.0 * output.elements * _product(taps) * features / base_dilation
 
 
 def _convolution_flops(computation: Computation, instruction: Instruction) -> float:
     output = hlo_text.first_array_shape(instruction.type_text)
+    lhs = _operand_shape(computation, instruction, 0)
     kernel = _operand_shape(computation, instruction, 1)
-    return _forward_convolution_flops(instruction, output, kernel)
+    return _forward_convolution_flops(instruction, output, kernel, lhs)
 
 
 def _cudnn_conv_flops(computation: Computation, instruction: Instruction, target: str) -> float:
