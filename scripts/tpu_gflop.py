@@ -43,7 +43,6 @@ class Args:
 def count(case: presets.Case, topology: str) -> tuple[float, float | None]:
     """(dew's GFLOP/step, XLA's cost analysis GFLOP) of the case compiled for `topology`."""
     from dew.bench.sweep.case_run import model_config
-    from dew.flags import CACHE_OFF
     from dew.telemetry.instrumentation import compiled_flops, cost_analysis_flops
     from dew.train.executables import topology_devices
     from dew.train.mesh import MeshSpec
@@ -56,7 +55,7 @@ def count(case: presets.Case, topology: str) -> tuple[float, float | None]:
         dtype="bfloat16",
         mesh=MeshSpec(fsdp=1),
         condition_in_state=bool(case.condition_in_state),
-        compilation_cache_dir=CACHE_OFF,
+        compilation_cache_dir=None,  # off: each compile a real one
         attention_impl=case.attention_impl or "xla",
         devices=topology_devices(topology),
     )
