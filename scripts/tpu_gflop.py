@@ -80,7 +80,13 @@ def table(args: Args) -> int:
     print(f"| case | GFLOP {args.topology} | GFLOP reference | diff | cost analysis |")
     print("|---|---|---|---|---|")
     for case in cases:
-        ours, cost = count(case, args.topology)
+        try:
+            ours, cost = count(case, args.topology)
+        except (RuntimeError, ValueError) as error:  # no libtpu, a topology it cannot make
+            raise cli.UsageError(
+                f"{case.label()}: cannot compile for {args.topology} here: "
+                f"{cli.one_line(error)} (pip install libtpu)"
+            ) from None
         theirs = published.get(case.key())
         diff = f"{100 * (ours / theirs - 1):+.3f}%" if theirs else "—"
         shown = f"{theirs:.3f}" if theirs else "—"
