@@ -5,7 +5,7 @@
 
 Needs libtpu importable (`pip install libtpu==0.0.46.3`, or the TPU host's own) and runs
 with JAX_PLATFORMS=cpu and ALLOW_MULTIPLE_LIBTPU_LOAD=1 (set here): each case is built as
-the step benchmark builds it (dew.bench.sweep.case_run.model_config, the Trainer on the
+the step benchmark's compile-only path builds it (dew.bench.sweep.case_run.prepare on the
 topology's devices, dew.train.executables.topology_devices), compiled for the chip, and
 its optimized HLO counted by dew's counter (dew.telemetry.instrumentation), XLA's own
 cost analysis beside it. Prints a Markdown table against the reference's rows. One case
@@ -41,27 +41,21 @@ class Args:
 
 
 def count(case: presets.Case, topology: str) -> tuple[float, float | None]:
-    """(dew's GFLOP/step, XLA's cost analysis GFLOP) of the case compiled for `topology`."""
-    from dew.bench.sweep.case_run import model_config
-    from dew.telemetry.instrumentation import compiled_flops, cost_analysis_flops
+    """(dew's GFLOP/step, XLA's cost analysis GFLOP) of the case compiled for `topology`,
+    by the step benchmark's own compile-only path (dew.bench.sweep.case_run.prepare, as a
+    chip's compile process runs it)."""
+    from dew.bench.sweep.case_run import Figures, prepare
+    from dew.bench.sweep.settings import Options
+    from dew.flags import CACHE_OFF
     from dew.train.executables import topology_devices
-    from dew.train.mesh import MeshSpec
-    from dew.train.trainer import Trainer
 
-    trainer = Trainer(
-        case.architecture,
-        model_config(case, "small"),
-        preset="small",
-        dtype="bfloat16",
-        mesh=MeshSpec(fsdp=1),
-        condition_in_state=bool(case.condition_in_state),
-        compilation_cache_dir=None,  # off: each compile a real one
-        attention_impl=case.attention_impl or "xla",
-        devices=topology_devices(topology),
-    )
-    compiled = trainer.lower(trainer.example_batch(case.batch)).compile()
-    cost = cost_analysis_flops(compiled)
-    return compiled_flops(compiled) / 1e9, None if cost is None else cost / 1e9
+    options = Options(preset="small", mesh=dict(presets.SMALL.mesh), compile_only=True,
+                      compilation_cache_dir=CACHE_OFF)  # fmt: skip
+    figures = Figures()
+    prepare(case, options, figures, devices=topology_devices(topology))
+    if figures.gflop_per_step is None:  # the count failed: its reason
+        raise RuntimeError(figures.flops_error or "no FLOP count")
+    return figures.gflop_per_step, figures.cost_analysis_gflop
 
 
 def main(argv: Sequence[str] | None = None) -> int:
