@@ -308,16 +308,14 @@ def _window(instruction: Instruction) -> dict[str, list[int]]:
     return window
 
 
-def _matmul_windows(instruction: Instruction, lhs, taps: list[int], window) -> list[int]:
+def _matmul_windows(lhs_labels: str, lhs, taps: list[int], window) -> list[int]:
     """The taps of each window dimension, one where the dimension is a matmul's free axis
     written as a window: an input extent of 1 padded by size-1 on both sides, which a TPU's
     HLO makes of a dot (`size=16 pad=15_15`), so that only one tap of each output position
     meets the input; the rest are padding no ordinary convolution has."""
-    labels = re.search(_DIM_LABELS, instruction.attributes)
     pads, dilation = window.get("pad"), window.get("lhs_dilate") or []
-    if labels is None or pads is None or len(pads) != 2 * len(taps):
+    if pads is None or len(pads) != 2 * len(taps):
         return taps
-    lhs_labels = labels.group(1)
     counted = []
     for d, size in enumerate(taps):
         at = lhs_labels.find(str(d))
@@ -328,12 +326,18 @@ def _matmul_windows(instruction: Instruction, lhs, taps: list[int], window) -> l
     return counted
 
 
-def _kernel_input_features(instruction: Instruction, kernel) -> tuple[int, list[int]]:
-    """Input features per group and the spatial sizes of a kernel, from dim_labels."""
+def _dim_labels(instruction: Instruction) -> re.Match:
+    """A convolution's dim_labels: the input's, the kernel's and the output's (groups 1-3)."""
     labels = re.search(_DIM_LABELS, instruction.attributes)
     if labels is None:
         raise HloParseError(f"%{instruction.name}: convolution without dim_labels")
-    kernel_labels = labels.group(2)
+    return labels
+
+
+def _kernel_input_features(
+    instruction: Instruction, kernel_labels: str, kernel
+) -> tuple[int, list[int]]:
+    """Input features per group and the spatial sizes of a kernel, from its dim_labels."""
     if len(kernel_labels) != len(kernel.dims):
         raise HloParseError(
             f"%{instruction.name}: kernel labels {kernel_labels!r} do not fit shape {kernel.dims}"
@@ -349,11 +353,12 @@ def _forward_convolution_flops(instruction: Instruction, output, kernel, lhs=Non
     # Input features per group: the kernel's `i` extent is already C_in / feature_group_count,
     # and for batch-grouped (filter-gradient) convolutions the contraction per output is the
     # kernel's `i` extent too, so one rule covers feature_group_count and batch_group_count.
-    features, spatial = _kernel_input_features(instruction, kernel)
+    labels = _dim_labels(instruction)
+    features, spatial = _kernel_input_features(instruction, labels.group(2), kernel)
     window = _window(instruction)
     taps = window.get("size") or spatial
     if lhs is not None:  # a matmul written as a convolution counts as the matmul
-        taps = _matmul_windows(instruction, lhs, taps, window)
+        taps = _matmul_windows(labels.group(1), lhs, taps, window)
     base_dilation = _product(window.get("lhs_dilate", []))
     return 2.0 * output.elements * _product(taps) * features / base_dilation
 
