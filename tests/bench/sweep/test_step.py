@@ -6,6 +6,7 @@ end-to-end run of a real case is tests/test_benchmark_step.py.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 
@@ -51,6 +52,24 @@ def test_time_steps_threads_state_through_warmup_and_both_windows():
     assert float(metrics["train/loss"]) == 30.0
     assert len(timings.synced_ms) == 4
     assert timings.ms_per_step > 0 and min(timings.synced_ms) > 0
+
+
+def test_the_objects_alive_before_the_windows_are_frozen_through_them_and_only_then():
+    # A host-bound step pays for each full collection a walk over every object in the
+    # process; what the harness held before the windows is left out of it (timing.py).
+    ballast = [object() for _ in range(10_000)]
+    frozen_during = []
+
+    def step(state, batch):
+        frozen_during.append(gc.get_freeze_count())
+        return state + batch, {}
+
+    timing.time_steps(step, 0, 1, steps=3, warmup=1)
+    assert len(frozen_during) == 7 and min(frozen_during) >= len(ballast)
+    assert gc.get_freeze_count() == 0  # left as it was found
+    with pytest.raises(ZeroDivisionError):
+        timing.time_steps(lambda state, batch: (1 / 0, {}), 0, 1, steps=1, warmup=1)
+    assert gc.get_freeze_count() == 0  # and after a step that raises
 
 
 def test_percentiles_are_numpys_linear_ones():
