@@ -67,6 +67,27 @@ def test_a_record_held_inside_another_counts_once_and_a_dirty_tree_without_hash_
     ]
 
 
+def test_superseded_records_stay_records_but_leave_their_kinds_noise(tmp_path):
+    # Two A/A groups of one kind: an old one, noisy (its host-bound rows paid for the
+    # collector), and a quiet one made after the change that showed why.
+    rng = np.random.default_rng(1)
+    for name, commit, spread in (("old", "c1", 0.05), ("new", "c2", 0.0005)):
+        for r in range(3):
+            figures = {f"arch{k}": list(np.exp(k + rng.normal(0, spread, 3))) for k in range(4)}
+            (tmp_path / f"{name}{r}.json").write_text(json.dumps(_record(figures, commit=commit)))
+    records = history.read(tmp_path)
+    old = sorted(path for path, _ in records if "/old" in path)
+    listed = tmp_path / "superseded.json"
+    listed.write_text(json.dumps({"reasons": {"gc": "timed before the change"},
+                                  "records": {path: "gc" for path in old}}))  # fmt: skip
+    both = history.fit(records, superseded_by=None)["NVIDIA H200"]
+    quiet = history.fit(records, superseded_by=listed)["NVIDIA H200"]
+    assert both["records"] == 6 and "superseded" not in both
+    assert quiet["records"] == 3 and quiet["superseded"] == old
+    assert quiet["process"] < both["process"] / 10
+    assert history.superseded(listed) == {path: "timed before the change" for path in old}
+
+
 def test_a_kind_without_history_gets_its_weak_prior_never_another_kinds_levels():
     table = {
         "cpu": {
@@ -127,3 +148,15 @@ def test_a_round_inside_a_side_whose_row_failed_still_counts_once(tmp_path):
     (tmp_path / "side.json").write_text(json.dumps(side))
     (tmp_path / "round.json").write_text(json.dumps(round_))
     assert [p.split("/")[-1] for p, _ in history.read(tmp_path)] == ["side.json"]
+
+
+def test_superseded_records_compared_are_judged_at_the_noise_of_their_own_time():
+    runs = history.HISTORY / "runs"
+    old = [runs / f"20261206T10{n}-tpu-v5e-3c38d48/step.json"
+           for n in ("0200Z-small-aa2", "0500Z-small-aa3")]  # fmt: skip
+    now = history.kinds_table(None)["TPU v5 lite"]  # the chip as it is timed now
+    assert any("3c38d48" in path for path in now["superseded"])
+    assert not any("3c38d48" in path for group in now["groups"] for path in group)
+    theirs = history.kinds_table(None, exclude=old)["TPU v5 lite"]
+    assert "superseded" not in theirs
+    assert any("3c38d48" in path for group in theirs["groups"] for path in group)

@@ -97,13 +97,20 @@ def test_the_committed_results_folder_passes_whole(capsys):
     assert validate.main([str(RESULTS)]) == 0
     out, err = capsys.readouterr()
     assert err == ""
-    for kind in ("step run", "data run", "run level", "A/B plan", "comparison", "JSON Schema"):
+    kinds = ("step run", "data run", "run level", "superseded records", "A/B plan",
+             "comparison", "JSON Schema")  # fmt: skip
+    for kind in kinds:
         assert f": ok ({kind}" in out, kind
 
 
 # One file of each of dew's other kinds, and a change that breaks its own model.
 DOCUMENTS = {
     "run level": ("noise.json", lambda d: d["kinds"]["cpu"].update(process=-0.1), "$.kinds"),
+    "superseded records": (
+        "superseded.json",
+        lambda d: d["records"].update({"runs/x/step.json": "no such reason"}),
+        "$",
+    ),
     "A/B plan": (
         "runs/20261204T174405Z-ab-cpu-smoke-cpu-cbb6b2f/ab-plan.json",
         lambda d: d["order"][0].update(side="C"),

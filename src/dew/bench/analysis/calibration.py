@@ -297,9 +297,12 @@ def pairs(slower: Sequence[str] = ()) -> tuple[list[Pair], list[Pair]]:
 
 
 def render_pairs(same: Sequence[Pair], against: Sequence[Pair]) -> str:
+    gone = history.superseded(history.SUPERSEDED)
+
     def name(path: str) -> str:
         parent = Path(path).parent.name
-        return f"{parent}/{Path(path).name}" if parent.startswith("2026") else path
+        shown = f"{parent}/{Path(path).name}" if parent.startswith("2026") else path
+        return f"{shown} (superseded)" if path in gone else shown
 
     def line(pair: Pair) -> str:
         tally = ", ".join(f"{n} {word}" for word, n in sorted(pair.tally.items()))
@@ -312,7 +315,9 @@ def render_pairs(same: Sequence[Pair], against: Sequence[Pair]) -> str:
              ("REPRODUCED", "INCONCLUSIVE", "NOT REPRODUCED")}  # fmt: skip
     out = [f"Every ordered pair of A/A records ({len(same)} pairs: "
            + ", ".join(f"{n} {w}" for w, n in words.items())
-           + f"; {called} with the shift or a row called faster or slower):", "", *head,
+           + f"; {called} with the shift or a row called faster or slower). A pair of "
+           "superseded records (results/superseded.json) is judged at the noise of their "
+           "own time, the fit that still holds them:", "", *head,
            *map(line, same), ""]  # fmt: skip
     if against:
         out += ["Records made with a known slower setting (-O0) against them:", "", *head,

@@ -258,7 +258,7 @@ def _compare(args: Args) -> int:
             folder = Path(args.history)
             if not folder.is_dir():
                 raise UsageError(f"--history {folder} is not a folder of records")
-            kinds = history.fit(history.read(folder, exclude=(run_path, ref_path)))
+            kinds = history.kinds_table(folder, exclude=(run_path, ref_path))
         model = noise.for_records(run, ref, kinds, exclude=(run_path, ref_path))
         if args.run_noise is not None:
             pooled = model.pooled

@@ -25,7 +25,9 @@ biases upward), and only then read by dew.bench.analysis.judge.component: Satter
 degrees of freedom for the difference, and a level estimated below its standard error read
 as that standard error (never as a known 0; `floored` in the table names them).
 Each row's own levels shrink toward its kind's (empirical Bayes, the kind's level worth
-PRIOR_DF degrees of freedom), never the larger of two noisy estimates. A kind with no
+PRIOR_DF degrees of freedom), never the larger of two noisy estimates. Records listed in
+results/superseded.json (a change to how their kind is timed, shown to change its noise)
+stay records but are left out of the fit, named under their kind's `superseded`. A kind with no
 history gets a stated weak prior (dew.bench.analysis.noise), never another kind's levels.
 
 --write caches the fit of results/ in results/noise.json (a test checks it is current):
@@ -55,6 +57,7 @@ from dew.bench.record.stack import stack_identity
 PROG = "python -m dew.bench.analysis.history"
 HISTORY = REPO_ROOT / "results"
 TABLE = HISTORY / "noise.json"
+SUPERSEDED = HISTORY / "superseded.json"
 SKIPPED_DIRS = {"schema", "site"}
 # --- reading the history -------------------------------------------------------------------
 
@@ -273,11 +276,16 @@ def fit_group(members: Sequence[tuple[str, dict]], fit: KindFit) -> None:
     fit.records.append(sorted(members[r][0] for r in records))
 
 
-def fit(records: Sequence[tuple[str, dict]]) -> dict:
+def fit(records: Sequence[tuple[str, dict]], superseded_by: Path | None = SUPERSEDED) -> dict:
     """The fitted levels per device kind (standard deviations), as noise.json
-    holds them."""
+    holds them; the records `superseded_by` lists left out (None: none)."""
     groups: dict[str, list[tuple[str, dict]]] = {}
+    left_out: dict[str, list[str]] = {}  # kind -> its superseded records
+    gone = superseded(superseded_by) if superseded_by is not None else {}
     for path, record in records:
+        if path in gone:
+            left_out.setdefault(device_kind(record) or "unknown", []).append(path)
+            continue
         groups.setdefault(identity(record), []).append((path, record))
     kinds: dict[str, KindFit] = {}
     platforms: dict[str, str | None] = {}
@@ -314,7 +322,21 @@ def fit(records: Sequence[tuple[str, dict]]) -> dict:
             "groups": entry.records,
             "rows": rows,
         }  # fmt: skip
+        if left_out.get(kind):
+            table[kind]["superseded"] = sorted(left_out[kind])
     return table
+
+
+def superseded(path: Path) -> dict[str, str]:
+    """Records kept (compare and the site read them) but no longer their kind's noise, each
+    with why: results/superseded.json, written when a change to how a kind is timed was
+    shown to change its noise ({"reasons": {name: why}, "records": {path: name}})."""
+    try:
+        table = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    reasons = table.get("reasons") or {}
+    return {record: reasons.get(name, name) for record, name in table["records"].items()}
 
 
 def shrink(own: Estimate, kind: Estimate) -> float:
@@ -339,14 +361,20 @@ def read_table(path: Path = TABLE) -> dict | None:
 def kinds_table(history: Path | None, exclude: Iterable[Path] = ()) -> dict:
     """The fitted kinds, less the records in `exclude` (those compared are never part of
     their own noise): of `history` when given, else the cache (noise.json) when it holds
-    none of them, else of results/ itself."""
+    none of them, else of results/ itself; with the superseded records when one of
+    `exclude` is one."""
     exclude = [Path(p) for p in exclude]
+    # Superseded records compared are judged at the noise of their own time: the fit that
+    # still holds the records measured as they were.
+    own_time = bool({p.resolve() for p in exclude} & {(REPO_ROOT / p).resolve()
+                                                      for p in superseded(SUPERSEDED)})  # fmt: skip
     if history is None:
         cached = read_table()
-        if cached is not None and "kinds" in cached and not _holds(cached["kinds"], exclude):
+        if (not own_time and cached is not None and "kinds" in cached
+                and not _holds(cached["kinds"], exclude)):  # fmt: skip
             return cached["kinds"]
         history = HISTORY
-    return fit(read(history, exclude))
+    return fit(read(history, exclude), superseded_by=None if own_time else SUPERSEDED)
 
 
 def _holds(kinds: dict, paths: Sequence[Path]) -> bool:
@@ -393,7 +421,9 @@ def _history(args: Args) -> int:
         print(f"{kind}: {entry['records']} records, {len(entry['groups'])} groups: process "
               f"{entry['process']:.2%} ({entry['process_df']:g} df), run {entry['run']:.2%} "
               f"({entry['run_df']:g} df), shift {entry['shift']:.2%} "
-              f"({entry['shift_df']:g} df)")  # fmt: skip
+              f"({entry['shift_df']:g} df)"
+              + (f"; {len(entry['superseded'])} superseded records left out"
+                 if entry.get("superseded") else ""))  # fmt: skip
     return cli.EXIT_OK
 
 

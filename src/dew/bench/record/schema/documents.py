@@ -3,6 +3,7 @@ read from its content (`document_kind`), and its check (`check_document`).
 
     JSON Schema    results/schema/*.schema.json    python -m dew.bench.record.schema
     run level      results/noise.json              python -m dew.bench.analysis.history
+    superseded     results/superseded.json         by hand, with the measurement that shows why
     A/B plan       RUN/ab-plan.json                nox -s ab (dew.host.ab_rounds)
     comparison     compare.json                    dew compare --format json
     sweep timings  scripts/sweep_time.py --out
@@ -58,6 +59,7 @@ class KindLevels(RowLevels):
     records: int = Field(ge=2)  # an A/A pair at least
     groups: list[list[str]]
     rows: dict[str, RowLevels]
+    superseded: list[str] = []  # records of the kind left out of its fit (Superseded)
 
 
 class RunLevels(Document):
@@ -110,6 +112,21 @@ class ComparisonDocument(Document):
     rows: list[dict] = []
 
 
+class Superseded(Document):
+    """results/superseded.json: records kept but left out of their kind's noise, each
+    naming one of the reasons (a change to how the kind is timed, and what showed it)."""
+
+    reasons: dict[str, str]
+    records: dict[str, str]
+
+    @pydantic.model_validator(mode="after")
+    def _named_reasons(self) -> Superseded:
+        unknown = sorted(set(self.records.values()) - set(self.reasons))
+        if unknown:
+            raise ValueError(f"records name reasons that are not given: {', '.join(unknown)}")
+        return self
+
+
 class SweepTimings(Document):
     """scripts/sweep_time.py --out: a cold and a warm sweep's time."""
 
@@ -124,6 +141,7 @@ class SweepTimings(Document):
 KINDS: tuple[tuple[str, set[str], type[Document]], ...] = (
     ("JSON Schema", {"$schema"}, JsonSchema),
     ("run level", {"command", "kinds"}, RunLevels),
+    ("superseded records", {"reasons", "records"}, Superseded),
     ("A/B plan", {"sides", "rounds", "order"}, AbPlan),
     ("comparison", {"run", "reference", "summary", "rows"}, ComparisonDocument),
     ("sweep timings", {"checkout", "runs", "preset"}, SweepTimings),
