@@ -158,5 +158,8 @@ def test_superseded_records_compared_are_judged_at_the_noise_of_their_own_time()
     assert any("3c38d48" in path for path in now["superseded"])
     assert not any("3c38d48" in path for group in now["groups"] for path in group)
     theirs = history.kinds_table(None, exclude=old)["TPU v5 lite"]
-    assert "superseded" not in theirs
+    assert "superseded" not in theirs and theirs["own_time"]
+    assert (
+        "their own time's" in noise.model_for("TPU v5 lite", "tpu", {"TPU v5 lite": theirs}).source
+    )
     assert any("3c38d48" in path for group in theirs["groups"] for path in group)

@@ -374,7 +374,13 @@ def kinds_table(history: Path | None, exclude: Iterable[Path] = ()) -> dict:
                 and not _holds(cached["kinds"], exclude)):  # fmt: skip
             return cached["kinds"]
         history = HISTORY
-    return fit(read(history, exclude), superseded_by=None if own_time else SUPERSEDED)
+    if not own_time:
+        return fit(read(history, exclude))
+    table = fit(read(history, exclude), superseded_by=None)
+    gone = superseded(SUPERSEDED)
+    for entry in table.values():  # said in the comparison's noise line (noise.model_for)
+        entry["own_time"] = any(path in gone for group in entry["groups"] for path in group)
+    return table
 
 
 def _holds(kinds: dict, paths: Sequence[Path]) -> bool:

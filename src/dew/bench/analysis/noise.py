@@ -87,6 +87,8 @@ def model_for(kind: str | None, platform_name: str | None, table: dict) -> Noise
               f"over {entry['shift_df']:g} df)")  # fmt: skip
     for name in entry.get("floored", ()):
         source += f"; {name} at its standard error (estimated at about 0, not known to be 0)"
+    if entry.get("own_time"):
+        source += "; with the superseded records (results/superseded.json): their own time's"
     fallback = prior(platform_name, kind)
 
     def level(value: float, df: float, default: float) -> tuple[float, float]:
