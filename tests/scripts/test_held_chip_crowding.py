@@ -14,7 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 # a cpu-smoke record whose simple_dit row (params, batch) names the program compiled below
-RECORD = ROOT / "results/runs/20261206T073726Z-cpu-smoke-tpu-host-twin-1db65c5/step.json"
+RECORD = ROOT / "results/runs/20261203T092619Z-cpu-smoke-auto20-cpu-a5b393c/step.json"
 CPU = {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
 
 
