@@ -124,9 +124,10 @@ def test_ragged_dot_counts_active_work_and_unknown_custom_calls_are_listed():
 
 def test_a_tpus_matmul_written_as_a_convolution_counts_as_the_matmul():
     """A TPU's HLO writes some dots as convolutions whose window runs over an input extent
-    of 1 padded by size-1 on both sides (the shapes and windows below are hierarchical_mmdit's
-    and unet's on a v5e): one tap of each output position meets the input, and the count is
-    the matmul's, as the CPU's HLO of the same step counts it. An ordinary convolution's
+    of 1, or over the axis dilated by size-1 and strided by size, padded by size-1 on both
+    sides (the shapes and windows below are hierarchical_mmdit's, unet's and simple_dit's on
+    a v5e): one tap of each output position meets the input, and the count is the
+    matmul's, as the CPU's HLO of the same step counts it. An ordinary convolution's
     padding taps still count, a 1x1 input's too."""
     count = hlo_flops(fixture("tpu_matmul_as_convolution.hlo"))
     # The input gradient of a 192 -> 192 Linear on 16 x 1024 tokens, batch as the window.
@@ -135,5 +136,11 @@ def test_a_tpus_matmul_written_as_a_convolution_counts_as_the_matmul():
     head_split = product_flops(16, 1024, 4 * 16, 64)
     one_pixel = conv_flops(2 * 1 * 1 * 16, 3 * 3, 8)  # SAME 3x3 on 1x1: padding counts
     image = conv_flops(2 * 8 * 8 * 16, 3 * 3, 8)
-    assert count.by_kind["convolution"] == linear_gradient + head_split + one_pixel + image
-    assert count.op_counts["convolution"] == 4
+    # Attention's gradient probs x values on simple_dit: for each of 16 x 6 (batch, head),
+    # [256, 256] x [256, 64], batch and heads as windows over their axes dilated by size-1
+    # and strided by size (one tap of each output position meets a value, the rest holes).
+    attention_gradient = product_flops(16 * 6, 256, 64, 256)
+    assert count.by_kind["convolution"] == (
+        linear_gradient + head_split + one_pixel + image + attention_gradient
+    )
+    assert count.op_counts["convolution"] == 5

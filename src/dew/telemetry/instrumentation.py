@@ -301,29 +301,45 @@ def _window(instruction: Instruction) -> dict[str, list[int]]:
     text = instruction.attribute(_WINDOW) or ""
     for part in text.split():
         key, _, value = part.partition("=")
-        if key in ("size", "lhs_dilate"):
+        if key in ("size", "stride", "lhs_dilate", "rhs_dilate"):
             window[key] = [int(v) for v in value.split("x")]
         elif key == "pad":
             window[key] = [int(v) for dim in value.split("x") for v in dim.split("_")]
     return window
 
 
-def _matmul_windows(lhs_labels: str, lhs, taps: list[int], window) -> list[int]:
-    """The taps of each window dimension, one where the dimension is a matmul's free axis
-    written as a window: an input extent of 1 padded by size-1 on both sides, which a TPU's
-    HLO makes of a dot (`size=16 pad=15_15`), so that only one tap of each output position
-    meets the input; the rest are padding no ordinary convolution has."""
-    pads, dilation = window.get("pad"), window.get("lhs_dilate") or []
-    if pads is None or len(pads) != 2 * len(taps):
-        return taps
-    counted = []
+def _taps_per_output(labels: re.Match, lhs, output, taps: list[int], window) -> float:
+    """The taps an output position counts: over the window dimensions, each one's size
+    divided by the input's (base) dilation, but one where the dimension is a matmul's free
+    axis written as a window. A TPU's HLO makes such windows of a dot in two forms, both
+    padded by size-1 on each side, which no ordinary convolution does: over an input extent
+    of 1 (`size=16 pad=15_15`), or over the axis dilated by size-1 and strided by size
+    (`size=16 stride=16 pad=15_15 lhs_dilate=15`). Either way one tap of each output position
+    meets the input and the rest meet padding or the dilation's holes."""
+    pads, dilation = window.get("pad"), window.get("lhs_dilate") or [1] * len(taps)
+    strides, spread = window.get("stride") or [1] * len(taps), window.get("rhs_dilate")
+    counted = 1.0
     for d, size in enumerate(taps):
-        at = lhs_labels.find(str(d))
-        extent = lhs.dims[at] if 0 <= at < len(lhs.dims) else None
-        full = pads[2 * d] == pads[2 * d + 1] == size - 1
-        dilated = d < len(dilation) and dilation[d] > 1
-        counted.append(1 if extent == 1 and full and not dilated else size)
+        at, out_at = labels.group(1).find(str(d)), labels.group(3).find(str(d))
+        free_axis = (
+            pads is not None and len(pads) == 2 * len(taps) and not (spread and spread[d] > 1)
+            and pads[2 * d] == pads[2 * d + 1] == size - 1 > 0
+            and 0 <= at < len(lhs.dims) and 0 <= out_at < len(output.dims)
+            and _one_tap_each(lhs.dims[at], size, size - 1, dilation[d], strides[d],
+                              output.dims[out_at])
+        )  # fmt: skip
+        counted *= 1 if free_axis else size / dilation[d]
     return counted
+
+
+def _one_tap_each(extent: int, size: int, pad: int, dilation: int, stride: int, out: int) -> bool:
+    """Whether each of `out` window positions holds exactly one of the `extent` input
+    elements, placed `dilation` apart after `pad` of padding."""
+    first = [pad + dilation * k for k in range(extent)]
+    return all(
+        sum(1 for place in first if stride * o <= place < stride * o + size) == 1
+        for o in range(out)
+    )
 
 
 def _dim_labels(instruction: Instruction) -> re.Match:
@@ -358,9 +374,10 @@ def _forward_convolution_flops(instruction: Instruction, output, kernel, lhs=Non
     window = _window(instruction)
     taps = window.get("size") or spatial
     if lhs is not None:  # a matmul written as a convolution counts as the matmul
-        taps = _matmul_windows(labels.group(1), lhs, taps, window)
-    base_dilation = _product(window.get("lhs_dilate", []))
-    return 2.0 * output.elements * _product(taps) * features / base_dilation
+        per_output = _taps_per_output(labels, lhs, output, taps, window)
+    else:
+        per_output = _product(taps) / _product(window.get("lhs_dilate", []))
+    return 2.0 * output.elements * per_output * features
 
 
 def _convolution_flops(computation: Computation, instruction: Instruction) -> float:
