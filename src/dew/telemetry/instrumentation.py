@@ -308,28 +308,31 @@ def _window(instruction: Instruction) -> dict[str, list[int]]:
     return window
 
 
-def _taps_per_output(labels: re.Match, lhs, output, taps: list[int], window) -> float:
-    """The taps an output position counts: over the window dimensions, each one's size
-    divided by the input's (base) dilation, but one where the dimension is a matmul's free
-    axis written as a window. A TPU's HLO makes such windows of a dot in two forms, both
-    padded by size-1 on each side, which no ordinary convolution does: over an input extent
-    of 1 (`size=16 pad=15_15`), or over the axis dilated by size-1 and strided by size
-    (`size=16 stride=16 pad=15_15 lhs_dilate=15`). Either way one tap of each output position
-    meets the input and the rest meet padding or the dilation's holes."""
+def _taps_per_output(labels: re.Match, lhs, output, taps: list[int], window) -> tuple[int, int]:
+    """The taps an output position counts, as (taps, the dilation they are divided by):
+    over the window dimensions, each one's size divided by the input's (base) dilation, but
+    one where the dimension is a matmul's free axis written as a window (seen only with the
+    input's shape, `lhs`). A TPU's HLO makes such windows of a dot in two forms, both padded
+    by size-1 on each side, which no ordinary convolution does: over an input extent of 1
+    (`size=16 pad=15_15`), or over the axis dilated by size-1 and strided by size
+    (`size=16 stride=16 pad=15_15 lhs_dilate=15`). Either way one tap of each output
+    position meets the input and the rest meet padding or the dilation's holes."""
     pads, dilation = window.get("pad"), window.get("lhs_dilate") or [1] * len(taps)
     strides, spread = window.get("stride") or [1] * len(taps), window.get("rhs_dilate")
-    counted = 1.0
+    counted, divisor = 1, 1
     for d, size in enumerate(taps):
         at, out_at = labels.group(1).find(str(d)), labels.group(3).find(str(d))
         free_axis = (
-            pads is not None and len(pads) == 2 * len(taps) and not (spread and spread[d] > 1)
+            lhs is not None and pads is not None and len(pads) == 2 * len(taps)
+            and not (spread and spread[d] > 1)
             and pads[2 * d] == pads[2 * d + 1] == size - 1 > 0
             and 0 <= at < len(lhs.dims) and 0 <= out_at < len(output.dims)
             and _one_tap_each(lhs.dims[at], size, size - 1, dilation[d], strides[d],
                               output.dims[out_at])
         )  # fmt: skip
-        counted *= 1 if free_axis else size / dilation[d]
-    return counted
+        if not free_axis:
+            counted, divisor = counted * size, divisor * dilation[d]
+    return counted, divisor
 
 
 def _one_tap_each(extent: int, size: int, pad: int, dilation: int, stride: int, out: int) -> bool:
@@ -373,11 +376,9 @@ def _forward_convolution_flops(instruction: Instruction, output, kernel, lhs=Non
     features, spatial = _kernel_input_features(instruction, labels.group(2), kernel)
     window = _window(instruction)
     taps = window.get("size") or spatial
-    if lhs is not None:  # a matmul written as a convolution counts as the matmul
-        per_output = _taps_per_output(labels, lhs, output, taps, window)
-    else:
-        per_output = _product(taps) / _product(window.get("lhs_dilate", []))
-    return 2.0 * output.elements * per_output * features
+    # with `lhs`, a matmul written as a convolution counts as the matmul
+    counted, divisor = _taps_per_output(labels, lhs, output, taps, window)
+    return 2.0 * output.elements * counted * features / divisor
 
 
 def _convolution_flops(computation: Computation, instruction: Instruction) -> float:
