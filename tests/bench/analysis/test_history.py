@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from dew.bench.analysis import history, noise
+from dew.bench.common.cli import UsageError
 
 
 def _record(figures: dict[str, list[float]], *, kind="NVIDIA H200", dirty=False, commit="c1"):
@@ -86,6 +87,11 @@ def test_superseded_records_stay_records_but_leave_their_kinds_noise(tmp_path):
     assert quiet["records"] == 3 and quiet["superseded"] == old
     assert quiet["process"] < both["process"] / 10
     assert history.superseded(listed) == {path: "timed before the change" for path in old}
+    assert history.superseded(tmp_path / "absent.json") == {}  # nothing superseded
+    for broken in ("not json", "[]", '{"reasons": {}}'):
+        listed.write_text(broken)
+        with pytest.raises(UsageError, match="is not a list of superseded records: check it"):
+            history.superseded(listed)
 
 
 def test_a_kind_without_history_gets_its_weak_prior_never_another_kinds_levels():

@@ -332,11 +332,19 @@ def superseded(path: Path) -> dict[str, str]:
     with why: results/superseded.json, written when a change to how a kind is timed was
     shown to change its noise ({"reasons": {name: why}, "records": {path: name}})."""
     try:
-        table = json.loads(path.read_text())
-    except (OSError, ValueError):
+        text = path.read_text()
+    except FileNotFoundError:
         return {}
-    reasons = table.get("reasons") or {}
-    return {record: reasons.get(name, name) for record, name in table["records"].items()}
+    except OSError as error:
+        raise cli.UsageError(f"{path}: cannot be read ({error.strerror})") from None
+    try:
+        table = json.loads(text)
+        reasons, records = table.get("reasons") or {}, table["records"]
+        return {record: reasons.get(name, name) for record, name in records.items()}
+    except (ValueError, AttributeError, KeyError, TypeError):
+        raise cli.UsageError(
+            f"{path} is not a list of superseded records: check it with `dew validate {path}`"
+        ) from None
 
 
 def shrink(own: Estimate, kind: Estimate) -> float:
@@ -366,8 +374,8 @@ def kinds_table(history: Path | None, exclude: Iterable[Path] = ()) -> dict:
     exclude = [Path(p) for p in exclude]
     # Superseded records compared are judged at the noise of their own time: the fit that
     # still holds the records measured as they were.
-    own_time = bool({p.resolve() for p in exclude} & {(REPO_ROOT / p).resolve()
-                                                      for p in superseded(SUPERSEDED)})  # fmt: skip
+    gone = superseded(SUPERSEDED)
+    own_time = bool({p.resolve() for p in exclude} & {(REPO_ROOT / p).resolve() for p in gone})
     if history is None:
         cached = read_table()
         if (not own_time and cached is not None and "kinds" in cached
@@ -377,7 +385,6 @@ def kinds_table(history: Path | None, exclude: Iterable[Path] = ()) -> dict:
     if not own_time:
         return fit(read(history, exclude))
     table = fit(read(history, exclude), superseded_by=None)
-    gone = superseded(SUPERSEDED)
     for entry in table.values():  # said in the comparison's noise line (noise.model_for)
         entry["own_time"] = any(path in gone for group in entry["groups"] for path in group)
     return table
