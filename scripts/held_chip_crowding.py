@@ -27,7 +27,6 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import gc
-import json
 import statistics
 import sys
 import time
@@ -36,7 +35,9 @@ from pathlib import Path
 
 from dew.bench.common import cli
 from dew.bench.record.validate import load
+from dew.bench.sweep.chip import kept_programs
 from dew.bench.sweep.chip.kept_programs import FIGURES, FOLDER
+from dew.bench.sweep.timing import block
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,8 +62,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     return cli.run(prog, lambda: run(cli.parse(Args, argv, prog=prog)))
 
 
-def programs(args: Args) -> dict[str, Path]:
-    """architecture -> its kept program's folder, by the record's params and batch."""
+def programs(args: Args) -> tuple[dict[str, Path], list[Path]]:
+    """architecture -> its kept program's folder, by the record's params and batch; and
+    every whole kept program (a copy still being kept has no figures yet)."""
     folder = Path(args.cache) / FOLDER
     if not folder.is_dir():
         raise cli.UsageError(f"--cache: no kept programs in {folder} (run a TPU case first)")
@@ -70,26 +72,26 @@ def programs(args: Args) -> dict[str, Path]:
         (row.params, row.batch): row.architecture
         for row in load(Path(args.record), "--record").rows
     }
+    kept = [entry for entry in sorted(folder.iterdir()) if (entry / FIGURES).is_file()]
     found = {}
-    for entry in sorted(folder.iterdir()):
-        figures = json.loads((entry / FIGURES).read_text())["figures"]
+    for entry in kept:
+        figures = kept_programs.read(entry)["figures"]
         name = rows.get((figures.get("params"), figures.get("batch")))
         if name is not None and name not in found:
             found[name] = entry
     missing = [name for name in args.cases if name not in found]
     if missing:
         raise cli.UsageError(f"--cases: no kept program for {', '.join(missing)} in {folder}")
-    return found
+    return found, kept
 
 
 def run(args: Args) -> int:
     import jax
 
-    from dew.bench.sweep.timing import block
     from dew.train.executables import Program
 
-    found = programs(args)
-    others = sorted(set(Path(args.cache, FOLDER).iterdir()) - {found[n] for n in args.cases})
+    found, kept = programs(args)
+    others = [entry for entry in kept if entry not in {found[n] for n in args.cases}]
     print(f"{jax.devices()[0].device_kind}: {len(others)} other programs to crowd with")
     print("| case | condition | ms/step median | min | max | host dispatch share |")
     print("|---|---|---|---|---|---|")
@@ -110,17 +112,16 @@ def run(args: Args) -> int:
         window.time(f"objects ({len(ballast):,} more)")
         del ballast, window
         gc.collect()
-        block(jax.numpy.zeros(()))
     return 0
 
 
 class Windows:
-    """One case's program on the chip, its state threaded through every window."""
+    """One case's program on the chip, its state threaded through every window. The window
+    is the step benchmark's dispatch window, timed here rather than by
+    dew.bench.sweep.timing.time_steps, which freezes the collector: the thing compared."""
 
     def __init__(self, name: str, program, args: Args):
-        from dew.bench.sweep.timing import block
-
-        self.name, self.program, self.args, self.block = name, program, args, block
+        self.name, self.program, self.args = name, program, args
         self.state, self.batch = block((program.init(), program.batch()))
         for _ in range(3):  # warm
             self.state, _ = program.step(self.state, self.batch)
@@ -134,7 +135,7 @@ class Windows:
             for _ in range(self.args.steps):
                 self.state, metrics = self.program.step(self.state, self.batch)
             dispatched = time.perf_counter()
-            self.block((self.state, metrics))
+            block((self.state, metrics))
             total = time.perf_counter() - start
             ms.append(total * 1e3 / self.args.steps)
             shares.append((dispatched - start) / total)
