@@ -271,10 +271,9 @@ def test_rows_with_samples_get_statistical_verdicts_and_strict_fails_undecided(t
     assert compare_command.main([str(a), str(b), "--strict"]) == 1
 
 
-def test_a_change_measured_on_a_busy_host_is_undecided():
-    first = read_run(FIRST)
-    slower = _with_samples(first, 2.0, 7)
-    busy = [
+def _busy(record):
+    """The record with every repeat taken while the idle check found the host busy."""
+    rows = [
         row.model_copy(
             update={
                 "repeats": [
@@ -284,8 +283,15 @@ def test_a_change_measured_on_a_busy_host_is_undecided():
         )
         if row.repeats
         else row
-        for row in slower.rows
+        for row in record.rows
     ]
+    return record.model_copy(update={"rows": rows})
+
+
+def test_a_change_measured_on_a_busy_host_is_undecided():
+    first = read_run(FIRST)
+    slower = _with_samples(first, 2.0, 7)
+    busy = _busy(slower).rows
     reference = _with_samples(first, 1.0, 8)
     assert comparison.compare(slower, reference).shift.word == "slower"  # when idle
     cmp = comparison.compare(slower.model_copy(update={"rows": busy}), reference)
@@ -297,6 +303,26 @@ def test_a_change_measured_on_a_busy_host_is_undecided():
     cmp = comparison.compare(slower.model_copy(update={"rows": two}), reference)
     assert cmp.shift is None and {r.verdict for r in cmp.counted} == {"undecided"}
     assert all("while the host was busy for 5 of 5 run repeats" in r.why for r in cmp.counted)
+
+
+def test_a_busy_side_undecides_only_the_change_it_could_have_made():
+    # Other work takes time from the side it ran beside: a busy reference can make the run
+    # read faster, never slower, so a slower run against it stands and a faster one does not.
+    first = read_run(FIRST)
+    slower, reference = _with_samples(first, 2.0, 7), _with_samples(first, 1.0, 8)
+    cmp = comparison.compare(slower, _busy(reference))
+    assert cmp.shift.word == "slower" and cmp.outcome == "NOT REPRODUCED"
+    cmp = comparison.compare(reference, _busy(slower))  # the run faster, the reference busy
+    assert cmp.shift.word == "undecided" and cmp.outcome == "INCONCLUSIVE"
+    assert cmp.shift.why == "the whole run faster while the host was busy for 12 rows"
+    # Without a shift (two rows): each row's own change meets the same gate.
+    two = [row for row in _busy(reference).rows if row.repeats][:2]
+    cmp = comparison.compare(slower, reference.model_copy(update={"rows": two}))
+    assert cmp.shift is None and {r.verdict for r in cmp.counted} == {"slower"}
+    two = [row for row in _busy(slower).rows if row.repeats][:2]
+    cmp = comparison.compare(reference, slower.model_copy(update={"rows": two}))
+    assert {r.verdict for r in cmp.counted} == {"undecided"}
+    assert all("faster while the host was busy for 5 of 5 ref repeats" in r.why for r in cmp.counted)
 
 
 # --- the host probe: drift between the runs ---------------------------------------------------

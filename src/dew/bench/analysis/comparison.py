@@ -17,7 +17,8 @@ run) is one draw of its run, and the row says so.
 
 dew.bench.analysis.host_gates: with host-speed probes in both CPU records, a
 `faster`/`slower` must also lie wholly beyond the band around the host's own drift; a
-change measured while the idle check found the host busy is `undecided` too. Rows are
+change that a side measured while the idle check found the host busy could have made (a
+busy run under `slower`, a busy reference under `faster`) is `undecided` too. Rows are
 paired by dew.bench.analysis.matching (with the kind's partner rule); a row whose model
 differs (the kind's `model_difference`: a step's GFLOP/step, backbone params, batch or
 sample) is "different model, not comparable": its ratios are shown but it does not
@@ -38,7 +39,7 @@ import math
 import numpy as np
 
 from dew.bench.analysis import judge, stats
-from dew.bench.analysis.host_gates import busy_line, drift_why, host_drift
+from dew.bench.analysis.host_gates import busy_explaining, drift_why, host_drift
 from dew.bench.analysis.kinds import KINDS, Kind
 from dew.bench.analysis.matching import match_rows
 from dew.bench.analysis.noise import Noise, NoiseModel, for_records, platform_of
@@ -256,10 +257,10 @@ def decide(
     if tested:
         shift = _judge(tested, band / 100, alpha, target)
     for row in tested:
-        busy = "; ".join(filter(None, (busy_line(row.run, "run"), busy_line(row.reference, "ref"))))
-        if row.verdict in ("faster", "slower") and busy:
-            # A change measured while other work ran says more about the host than the
-            # stack (the seed: unet 54 ms/step under load against 16.4 idle).
+        # A change that other work on the host could have made says more about the host
+        # than the stack (the seed: unet 54 ms/step under load against 16.4 idle).
+        busy = busy_explaining(row.run, row.reference, row.verdict)
+        if busy:
             row.verdict, row.why = "undecided", f"{row.verdict} while {busy}"
         # The gate judges what the verdict judged: with a shift, a row's change against it,
         # which the host's drift (the same on every row) has already left; the shift's own
@@ -269,8 +270,7 @@ def decide(
             if not stats.beyond_drift(diff.low, diff.high, diff.ratio, host, band / 100):
                 row.verdict, row.why = "undecided", drift_why(host, diff, band / 100)
     if shift is not None and shift.word in ("faster", "slower"):
-        busy = [row for row in tested if busy_line(row.run, "run") or busy_line(row.reference,
-                                                                               "ref")]  # fmt: skip
+        busy = [row for row in tested if busy_explaining(row.run, row.reference, shift.word)]
         explained = host is not None and not stats.beyond_drift(
             shift.low, shift.high, shift.ratio, host, band / 100)  # fmt: skip
         if busy or explained:

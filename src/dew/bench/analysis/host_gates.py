@@ -72,3 +72,18 @@ def busy_line(row: StepRow | DataRow | Record, side: str) -> str:
     repeats = getattr(row, "repeats", None) or []
     busy = sum(1 for repeat in repeats if getattr(repeat, "host_busy", None))
     return f"the host was busy for {busy} of {len(repeats)} {side} repeats" if busy else ""
+
+
+def busy_explaining(run: StepRow | DataRow | Record, reference: StepRow | DataRow | Record,
+                    word: str) -> str:
+    """The busy side that could have made a row read `word`, as busy_line says it, or "".
+
+    Other work on the host only takes time from the side it ran beside: a busy run can
+    read slower than its stack is, a busy reference can make the run read faster. So a
+    `slower` is held against the run's repeats, a `faster` against the reference's; a
+    busy reference under a `slower` only narrows what was shown, and it stands."""
+    if word == "slower":
+        return busy_line(run, "run")
+    if word == "faster":
+        return busy_line(reference, "ref")
+    return ""
