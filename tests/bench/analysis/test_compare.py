@@ -322,7 +322,9 @@ def test_a_busy_side_undecides_only_the_change_it_could_have_made():
     two = [row for row in _busy(slower).rows if row.repeats][:2]
     cmp = comparison.compare(reference, slower.model_copy(update={"rows": two}))
     assert {r.verdict for r in cmp.counted} == {"undecided"}
-    assert all("faster while the host was busy for 5 of 5 ref repeats" in r.why for r in cmp.counted)
+    assert all(
+        "faster while the host was busy for 5 of 5 ref repeats" in r.why for r in cmp.counted
+    )
 
 
 # --- the host probe: drift between the runs ---------------------------------------------------

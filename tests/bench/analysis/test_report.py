@@ -57,6 +57,13 @@ def test_the_report_states_the_noise_it_assumed_and_what_it_could_not_detect(opt
     assert "| against the shift | p (Holm) | MDE | n for 10% | verdict |" in md
 
 
+def test_a_noise_level_under_one_percent_keeps_two_figures():
+    # A TPU's levels are hundredths of a percent: one decimal would print them as zero.
+    assert [tables.level(v) for v in (0.164, 0.0102, 0.00045, 0.0001, 0.0)] == [
+        "16.4%", "1.0%", "0.045%", "0.01%", "0.0%"]  # fmt: skip
+    assert tables.level(1e-7) == "<0.001%"
+
+
 def test_the_json_report_is_strict_json_for_rows_without_statistics(pinned_noise):
     run, ref = read_run(RERUN), read_run(FIRST)
     cmp = comparison.compare(run, ref)

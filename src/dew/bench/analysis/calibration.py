@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from dew.bench.analysis import comparison, history, judge, noise, stats
+from dew.bench.analysis.tables import level
 from dew.bench.common import cli, files
 from dew.bench.record.validate import load
 
@@ -233,9 +234,10 @@ def render_reach(kinds: dict) -> str:
         smallest = judge.smallest_band(entry["run"] ** 2, entry["run_df"], entry["shift"] ** 2,
                                        entry["shift_df"])  # fmt: skip
         rounds = judge.rounds_to_show(entry["process"] ** 2, band)
-        out.append(f"| {kind} | {entry['records']} | {entry['process']:.1%} "
-                   f"({entry['process_df']:g} df) | {entry['run']:.1%} ({entry['run_df']:g} df) "
-                   f"| {entry['shift']:.1%} ({entry['shift_df']:g} df) | ±{smallest:.0%} | "
+        out.append(f"| {kind} | {entry['records']} | {level(entry['process'])} "
+                   f"({entry['process_df']:g} df) | {level(entry['run'])} ({entry['run_df']:g} "
+                   f"df) | {level(entry['shift'])} ({entry['shift_df']:g} df) | "
+                   f"±{level(smallest)} | "
                    f"±{band:.0%} | {rounds or 'more than 1000'} |")  # fmt: skip
     return "\n".join(out) + "\n"
 

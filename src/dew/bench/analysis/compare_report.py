@@ -22,6 +22,7 @@ from dew.bench.analysis.judge import EXIT_CODES
 from dew.bench.analysis.tables import (
     MISSING,
     describe,
+    level,
     num,
     table,
     terminal_table,
@@ -106,8 +107,8 @@ def noise_line(cmp: Comparison) -> str | None:
     if cmp.noise is None:
         return None
     n = cmp.noise.pooled
-    return (f"noise assumed: process {n.process:.1%} ({n.process_df:g} df), a row's run level "
-            f"{n.run:.1%} ({n.run_df:g} df), the whole run's shift {n.shift:.1%} "
+    return (f"noise assumed: process {level(n.process)} ({n.process_df:g} df), a row's run "
+            f"level {level(n.run)} ({n.run_df:g} df), the whole run's shift {level(n.shift)} "
             f"({n.shift_df:g} df), from {cmp.noise.source}")  # fmt: skip
 
 

@@ -50,6 +50,7 @@ import tyro
 from dew.bench.analysis import judge
 from dew.bench.analysis.judge import PRIOR_DF
 from dew.bench.analysis.kinds import KINDS
+from dew.bench.analysis.tables import level
 from dew.bench.common import cli, files
 from dew.bench.common.files import REPO_ROOT
 from dew.bench.record.stack import stack_identity
@@ -432,8 +433,8 @@ def _history(args: Args) -> int:
         print(f"wrote {TABLE}", file=sys.stderr)
     for kind, entry in kinds.items():
         print(f"{kind}: {entry['records']} records, {len(entry['groups'])} groups: process "
-              f"{entry['process']:.2%} ({entry['process_df']:g} df), run {entry['run']:.2%} "
-              f"({entry['run_df']:g} df), shift {entry['shift']:.2%} "
+              f"{level(entry['process'])} ({entry['process_df']:g} df), run "
+              f"{level(entry['run'])} ({entry['run_df']:g} df), shift {level(entry['shift'])} "
               f"({entry['shift_df']:g} df)"
               + (f"; {len(entry['superseded'])} superseded records left out"
                  if entry.get("superseded") else ""))  # fmt: skip

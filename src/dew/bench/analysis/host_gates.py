@@ -74,8 +74,9 @@ def busy_line(row: StepRow | DataRow | Record, side: str) -> str:
     return f"the host was busy for {busy} of {len(repeats)} {side} repeats" if busy else ""
 
 
-def busy_explaining(run: StepRow | DataRow | Record, reference: StepRow | DataRow | Record,
-                    word: str) -> str:
+def busy_explaining(
+    run: StepRow | DataRow | Record, reference: StepRow | DataRow | Record, word: str
+) -> str:
     """The busy side that could have made a row read `word`, as busy_line says it, or "".
 
     Other work on the host only takes time from the side it ran beside: a busy run can

@@ -14,6 +14,7 @@ import dataclasses
 import math
 
 from dew.bench.analysis import history
+from dew.bench.analysis.tables import level
 
 # A kind without history: weak priors of its platform, worth PRIOR_PSEUDO_DF degrees of
 # freedom each (process, run, shift), each with its source and how far the project's own
@@ -82,8 +83,8 @@ def model_for(kind: str | None, platform_name: str | None, table: dict) -> Noise
         noise = prior(platform_name, kind)
         return NoiseModel(noise, {}, noise.source)
     source = (f"{kind}: {entry['records']} records in {len(entry['groups'])} A/A groups "
-              f"(process {entry['process']:.1%} over {entry['process_df']:g} df, run "
-              f"{entry['run']:.1%} over {entry['run_df']:g} df, shift {entry['shift']:.1%} "
+              f"(process {level(entry['process'])} over {entry['process_df']:g} df, run "
+              f"{level(entry['run'])} over {entry['run_df']:g} df, shift {level(entry['shift'])} "
               f"over {entry['shift_df']:g} df)")  # fmt: skip
     for name in entry.get("floored", ()):
         source += f"; {name} at its standard error (estimated at about 0, not known to be 0)"
@@ -91,18 +92,18 @@ def model_for(kind: str | None, platform_name: str | None, table: dict) -> Noise
         source += "; with the superseded records (results/superseded.json): their own time's"
     fallback = prior(platform_name, kind)
 
-    def level(value: float, df: float, default: float) -> tuple[float, float]:
+    def fitted_or_prior(value: float, df: float, default: float) -> tuple[float, float]:
         return (value, df) if df > 0 else (default, PRIOR_PSEUDO_DF)
 
-    shift = level(entry["shift"], entry["shift_df"], fallback.shift)
-    run = level(entry["run"], entry["run_df"], fallback.run)
+    shift = fitted_or_prior(entry["shift"], entry["shift_df"], fallback.shift)
+    run = fitted_or_prior(entry["run"], entry["run_df"], fallback.run)
     confounded = entry["run_df"] <= 0 < entry["shift_df"]
     if confounded:
         # Records of one row: the spread between them is run level and shift at once, fitted
         # as the shift; the run level is taken at it too (never below it, never a prior).
         run = shift
         source += "; one row a record: the run level not told from the shift, taken at it"
-    pooled = Noise(*level(entry["process"], entry["process_df"], fallback.process), *run,
+    pooled = Noise(*fitted_or_prior(entry["process"], entry["process_df"], fallback.process), *run,
                    *shift, source)  # fmt: skip
     rows = {
         label: Noise(row["process"], pooled.process_df, pooled.run if confounded else row["run"],

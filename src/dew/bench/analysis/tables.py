@@ -98,6 +98,15 @@ def percent(value: float | None) -> str:
     return MISSING if value is None else f"{value * 100:.1f}%"
 
 
+def level(fraction: float) -> str:
+    """A noise level or a band as a percent: one decimal from 1% up, two significant
+    figures below, where a TPU's levels live (0.04%, which one decimal would print as 0)."""
+    points = fraction * 100
+    if points >= 1 or points == 0:
+        return f"{points:.1f}%"
+    return "<0.001%" if points < 0.001 else f"{points:.2g}%"
+
+
 def step_table(rows: Sequence[StepRow], fmt: str = "tsv", *, compile_only: bool = False) -> str:
     body = []
     for row in rows:
