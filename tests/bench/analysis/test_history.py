@@ -81,8 +81,8 @@ def test_superseded_records_stay_records_but_leave_their_kinds_noise(tmp_path):
     listed = tmp_path / "superseded.json"
     listed.write_text(json.dumps({"reasons": {"gc": "timed before the change"},
                                   "records": {path: "gc" for path in old}}))  # fmt: skip
-    both = history.fit(records, superseded_by=None)["NVIDIA H200"]
-    quiet = history.fit(records, superseded_by=listed)["NVIDIA H200"]
+    both = history.fit(records)["NVIDIA H200"]
+    quiet = history.fit(records, history.superseded(listed))["NVIDIA H200"]
     assert both["records"] == 6 and "superseded" not in both
     assert quiet["records"] == 3 and quiet["superseded"] == old
     assert quiet["process"] < both["process"] / 10
@@ -128,7 +128,11 @@ def test_the_committed_cache_is_the_fit_of_results():
     assert cached is not None, (
         "results/noise-history.json: python -m dew.bench.analysis.history --write"
     )
-    assert cached["kinds"] == json.loads(json.dumps(history.fit(history.read(history.HISTORY))))
+    assert cached["kinds"] == json.loads(
+        json.dumps(
+            history.fit(history.read(history.HISTORY), history.superseded(history.SUPERSEDED))
+        )
+    )
 
 
 def test_levels_are_pooled_unclipped_and_read_as_0_only_after(tmp_path):

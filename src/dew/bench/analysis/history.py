@@ -40,7 +40,7 @@ import dataclasses
 import json
 import math
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -53,6 +53,7 @@ from dew.bench.analysis.kinds import KINDS
 from dew.bench.analysis.tables import level
 from dew.bench.common import cli, files
 from dew.bench.common.files import REPO_ROOT
+from dew.bench.record.schema.documents import Superseded
 from dew.bench.record.stack import stack_identity
 
 PROG = "python -m dew.bench.analysis.history"
@@ -277,14 +278,13 @@ def fit_group(members: Sequence[tuple[str, dict]], fit: KindFit) -> None:
     fit.records.append(sorted(members[r][0] for r in records))
 
 
-def fit(records: Sequence[tuple[str, dict]], superseded_by: Path | None = SUPERSEDED) -> dict:
+def fit(records: Sequence[tuple[str, dict]], left_out_paths: Collection[str] = ()) -> dict:
     """The fitted levels per device kind (standard deviations), as noise.json
-    holds them; the records `superseded_by` lists left out (None: none)."""
+    holds them; the records at `left_out_paths` (the superseded ones) left out."""
     groups: dict[str, list[tuple[str, dict]]] = {}
     left_out: dict[str, list[str]] = {}  # kind -> its superseded records
-    gone = superseded(superseded_by) if superseded_by is not None else {}
     for path, record in records:
-        if path in gone:
+        if path in left_out_paths:
             left_out.setdefault(device_kind(record) or "unknown", []).append(path)
             continue
         groups.setdefault(identity(record), []).append((path, record))
@@ -339,13 +339,12 @@ def superseded(path: Path) -> dict[str, str]:
     except OSError as error:
         raise cli.UsageError(f"{path}: cannot be read ({error.strerror})") from None
     try:
-        table = json.loads(text)
-        reasons, records = table.get("reasons") or {}, table["records"]
-        return {record: reasons.get(name, name) for record, name in records.items()}
-    except (ValueError, AttributeError, KeyError, TypeError):
+        table = Superseded.model_validate_json(text)  # a ValueError when it is not one
+    except ValueError:
         raise cli.UsageError(
             f"{path} is not a list of superseded records: check it with `dew validate {path}`"
         ) from None
+    return {record: table.reasons[name] for record, name in table.records.items()}
 
 
 def shrink(own: Estimate, kind: Estimate) -> float:
@@ -384,8 +383,8 @@ def kinds_table(history: Path | None, exclude: Iterable[Path] = ()) -> dict:
             return cached["kinds"]
         history = HISTORY
     if not own_time:
-        return fit(read(history, exclude))
-    table = fit(read(history, exclude), superseded_by=None)
+        return fit(read(history, exclude), gone)
+    table = fit(read(history, exclude))
     for entry in table.values():  # said in the comparison's noise line (noise.model_for)
         entry["own_time"] = any(path in gone for group in entry["groups"] for path in group)
     return table
@@ -421,7 +420,7 @@ def _history(args: Args) -> int:
     directory = Path(args.history)
     if not directory.is_dir():
         raise cli.UsageError(f"--history {directory} is not a folder")
-    kinds = fit(read(directory))
+    kinds = fit(read(directory), superseded(SUPERSEDED))
     if not kinds:
         raise cli.UsageError(f"{directory}: no two records of one stack and device with rows "
                              "of repeats: nothing to fit")  # fmt: skip
