@@ -30,6 +30,22 @@ def test_row_takes_the_slowest_process_and_the_spread():
     assert (row.params, row.gflop_per_step) == (10, 1.5)
 
 
+def test_a_process_reason_is_its_last_line_that_says_something(tmp_path):
+    # gloo's threads tear its connection lines apart: a killed process's log (a CI run's,
+    # process 1) may end in a piece with no word in it, which is no reason.
+    torn = (
+        "[Gloo] Rank 5 is connected to 7 peer ranks. Expected number of connected peer ranks "
+        "is : [Gloo] Rank [Gloo] Rank 6 is connected to 7 peer ranks. Expected number of "
+        "connected peer ranks is : 7\n7 is connected to 7 peer ranks. Expected number of "
+        "connected peer ranks is : 7\n7\n"
+    )
+    (tmp_path / "process-1.log").write_text(torn)
+    (tmp_path / "process-0.log").write_text("RuntimeError: boom\n" + torn)
+    launch = Launch(["true"], 2, 4, tmp_path)
+    assert launch._reason(1) is None
+    assert launch._reason(0) == "RuntimeError: boom"
+
+
 def test_a_failure_on_any_process_fails_the_row_naming_it():
     failed = StepRow(architecture="simple_dit", status="failed", error="XlaRuntimeError: boom")
     row = combine([_row(10.0, 9.5), failed])

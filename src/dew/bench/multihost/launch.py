@@ -46,6 +46,7 @@ _NOISE = re.compile(
     # be any piece of one
     r"|.*peer ranks)"
 )
+_WORD = re.compile(r"[A-Za-z]")  # a line without one says no why: a torn piece such as "7"
 _FATAL = re.compile(r"Terminating process because (.*?)(\. This most likely|$)")
 _UNHEALTHY = re.compile(r"tasks are unhealthy \(stopped sending heartbeats\):")
 
@@ -177,7 +178,11 @@ class Launch:
                 dead = text[_UNHEALTHY.search(text).end() :].strip().splitlines()[:1]
                 reason = f"peers stopped sending heartbeats: {dead[0] if dead else '?'}"
             return reason[:200]
-        lines = [line.strip() for line in text.splitlines() if not _NOISE.match(line)]
+        lines = [
+            line.strip()
+            for line in text.splitlines()
+            if not _NOISE.match(line) and _WORD.search(line)
+        ]
         return lines[-1][:200] if lines else None
 
 
