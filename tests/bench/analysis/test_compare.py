@@ -130,17 +130,19 @@ def test_cli_markdown_exit_status_columns_and_plot(tmp_path, capsys, pinned_nois
     assert "n for 200%" in out and "never" not in out.split("Ratios are")[0]
 
 
-def test_run_against_itself_reproduces_and_default_reference(tmp_path, capsys):
+def test_a_copy_of_a_record_against_it_is_refused_and_default_reference(tmp_path, capsys):
     copy = tmp_path / "mine.json"
     write_run(copy, read_run(FIRST))
     # The default reference is the newest record of its device kind and preset sharing the
     # most of its cases: 09-02 itself (the 09-05 rerun shares 4 of its 12).
     assert compare_command.default_reference(read_run(copy), copy) == FIRST
-    # One process a side: the ratio is exactly 1, but a figure of one process is one draw
-    # of its run, so "same within 2%" is not shown either: INCONCLUSIVE, never REPRODUCED.
-    assert compare_command.main([str(copy)]) == 3
-    assert "\nINCONCLUSIVE: 12 comparable rows: 12 undecided" in capsys.readouterr().out
-    assert compare_command.main([str(copy), "--strict"]) == 1
+    # The same figures twice are one measurement, not a reproduction (read INCONCLUSIVE
+    # here, and REPRODUCED where the rows had repeats): one line, exit 2, --strict or not.
+    for strict in ([], ["--strict"]):
+        assert compare_command.main([str(copy), *strict]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.count("\n") == 1
+        assert "hold the same measurements (every repeat identical)" in err
 
 
 def test_the_default_reference_is_of_the_runs_device_and_preset_or_none(tmp_path, capsys):

@@ -28,10 +28,12 @@ input or an existing file (unless --overwrite) before anything is printed.
 Exit 0: REPRODUCED (every comparable row shown the same); 1: NOT REPRODUCED (the shift or
 a row faster or slower, or a row that ran in the reference fails now); 3: INCONCLUSIVE
 (anything else; 1 with --strict); 2 for bad input: flags, a file that is no valid record,
-records of two kinds, one file given twice, records with no comparable row (other cases: a
-usage mistake, not a verdict), a TPU's times against another device kind's, an unwritable
---plot. On a terminal (--format auto) the
-report fits its width (tables.terminal_table); a file or a pipe gets the full Markdown.
+records of two kinds, one file given twice or two records of one measurement (every
+repeat identical), records with no comparable row (other cases: a usage mistake, not a
+verdict), a TPU's times against another device kind's, an unwritable --plot; a timing
+outside the schema's bounds is no valid record (dew.bench.record.schema.base.Timing). On a
+terminal (--format auto) the report fits its width (tables.terminal_table); a file or a
+pipe gets the full Markdown.
 """
 
 from __future__ import annotations
@@ -125,6 +127,31 @@ def no_reference(run: BenchmarkRun, run_path: Path) -> str:
     return (f"INCONCLUSIVE: nothing to hold {run_path} against: no record of {device}, "
             f"preset {run.settings.preset}, with any of its cases under {RESULTS_DIR}; "
             "give REFERENCE (another run of the same cases, or a published table)")  # fmt: skip
+
+
+def check_not_one_measurement(run: BenchmarkRun, ref: BenchmarkRun, run_path: Path,
+                              ref_path: Path) -> None:  # fmt: skip
+    """UsageError when every row the two records share holds the same repeat figures: one
+    measurement twice (a copy of a record), which would read REPRODUCED at no noise."""
+    theirs = {row.key(): _figures(row) for row in ref.rows}
+    shared = [(_figures(row), theirs[row.key()]) for row in run.rows if row.key() in theirs]
+    measured = [(mine, other) for mine, other in shared if mine or other]
+    if measured and all(sorted(mine) == sorted(other) for mine, other in measured):
+        raise UsageError(
+            f"RUN {run_path} and REFERENCE {ref_path} hold the same measurements (every "
+            "repeat identical): a record cannot reproduce itself; give a record of another "
+            "run of the same cases"
+        )
+
+
+def _figures(row) -> list[float]:
+    """A row's repeat figures (ms per step, or samples per s for the loader); a row without
+    repeats (a published table's), its own figure."""
+    figures = [getattr(r, "ms_per_step", None) or getattr(r, "samples_per_s", None)
+               for r in row.repeats or ()]  # fmt: skip
+    if not figures:
+        figures = [getattr(row, "ms_per_step", None) or getattr(row, "samples_per_s", None)]
+    return [f for f in figures if f is not None]
 
 
 def nothing_shared(run: BenchmarkRun, ref: BenchmarkRun, run_path: Path, ref_path: Path) -> str:
@@ -253,6 +280,7 @@ def _compare(args: Args) -> int:
         code = cli.EXIT_OK if parity.passed(rows) else cli.EXIT_CHANGED
     else:
         check_tpu_beside_its_kind(run, ref, run_path, ref_path)
+        check_not_one_measurement(run, ref, run_path, ref_path)
         kinds = None
         if args.history is not None:
             folder = Path(args.history)

@@ -19,9 +19,28 @@ ENV_FLAG_NAMES = ("LD_PRELOAD",)
 SECRET_NAME_PATTERN = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|(^|_)KEY($|_)", re.I)
 
 NonNegFloat = Annotated[float, Field(ge=0)]
-# A timing: a time or a rate a verdict takes the log of. Zero, a negative or a non-finite
-# figure (JSON's Infinity, NaN) is no measurement: refused when the record is read.
-Timing = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+# A timing: a time (ms) or a rate (samples/s) a verdict takes the log of. Zero, a negative
+# or a non-finite figure (JSON's Infinity, NaN) is no measurement, nor one outside
+# TIMING_BOUNDS: a nanosecond to 11.6 days a step (or as many samples a second), where the
+# ratios and intervals of two such figures stay finite (1e308 ms overflowed them). Refused
+# when the record is read, so that validate, compare and the site refuse it alike.
+TIMING_BOUNDS = (1e-6, 1e9)
+
+
+def _a_timing(value: float) -> float:
+    low, high = TIMING_BOUNDS
+    if not low <= value <= high:
+        raise ValueError(f"a timing of {value:g} cannot be a step's time (ms) nor a rate "
+                         f"(samples/s): a measurement lies in [{low:g}, {high:g}]")  # fmt: skip
+    return value
+
+
+Timing = Annotated[
+    float,
+    Field(gt=0, allow_inf_nan=False,
+          json_schema_extra={"minimum": TIMING_BOUNDS[0], "maximum": TIMING_BOUNDS[1]}),
+    pydantic.AfterValidator(_a_timing),
+]  # fmt: skip
 NonNegInt = Annotated[int, Field(ge=0)]
 JsonScalar = str | int | float | bool | None
 
