@@ -70,7 +70,7 @@ def test_a_record_held_inside_another_counts_once_and_a_dirty_tree_without_hash_
 
 def test_superseded_records_stay_records_but_leave_their_kinds_noise(tmp_path):
     # Two A/A groups of one kind: an old one, noisy (its host-bound rows paid for the
-    # collector), and a quiet one made after the change that showed why.
+    # collector), and a quiet one made after the change that removed the cause.
     rng = np.random.default_rng(1)
     for name, commit, spread in (("old", "c1", 0.05), ("new", "c2", 0.0005)):
         for r in range(3):
@@ -79,16 +79,20 @@ def test_superseded_records_stay_records_but_leave_their_kinds_noise(tmp_path):
     records = history.read(tmp_path)
     old = sorted(path for path, _ in records if "/old" in path)
     listed = tmp_path / "superseded.json"
-    listed.write_text(json.dumps({"reasons": {"gc": "timed before the change"},
+    reason = {"why": "timed before the change", "removed_by": "4a3ac6a",
+              "device_kind": "NVIDIA H200"}  # fmt: skip
+    listed.write_text(json.dumps({"reasons": {"gc": reason},
                                   "records": {path: "gc" for path in old}}))  # fmt: skip
     both = history.fit(records)["NVIDIA H200"]
     quiet = history.fit(records, history.superseded(listed))["NVIDIA H200"]
     assert both["records"] == 6 and "superseded" not in both
     assert quiet["records"] == 3 and quiet["superseded"] == old
     assert quiet["process"] < both["process"] / 10
-    assert history.superseded(listed) == {path: "timed before the change" for path in old}
+    assert history.superseded(listed) == dict.fromkeys(old, "gc")
     assert history.superseded(tmp_path / "absent.json") == {}  # nothing superseded
-    for broken in ("not json", "[]", '{"reasons": {}}'):
+    bare = json.dumps({"reasons": {"gc": "timed before"}, "records": {}})  # the old form
+    empty = json.dumps({"reasons": {"gc": {**reason, "why": " "}}, "records": {}})
+    for broken in ("not json", "[]", '{"reasons": {}}', bare, empty):
         listed.write_text(broken)
         with pytest.raises(UsageError, match="is not a list of superseded records: check it"):
             history.superseded(listed)

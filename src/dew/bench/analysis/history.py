@@ -329,9 +329,9 @@ def fit(records: Sequence[tuple[str, dict]], left_out_paths: Collection[str] = (
 
 
 def superseded(path: Path) -> dict[str, str]:
-    """Records kept (compare and the site read them) but no longer their kind's noise, each
-    with why: results/superseded.json, written when a change to how a kind is timed was
-    shown to change its noise ({"reasons": {name: why}, "records": {path: name}})."""
+    """The records results/superseded.json lists, each with its reason's name: kept
+    (compare and the site read them), but no longer their kind's noise (each reason names
+    the commit that removed its cause: documents.Superseded)."""
     try:
         text = path.read_text()
     except FileNotFoundError:
@@ -344,7 +344,7 @@ def superseded(path: Path) -> dict[str, str]:
         raise cli.UsageError(
             f"{path} is not a list of superseded records: check it with `dew validate {path}`"
         ) from None
-    return {record: table.reasons[name] for record, name in table.records.items()}
+    return dict(table.records)
 
 
 def shrink(own: Estimate, kind: Estimate) -> float:

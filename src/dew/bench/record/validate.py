@@ -5,15 +5,19 @@ a file is, is read from its content: a record is checked against the record sche
 other JSON dew writes (noise.json, ab-plan.json, compare.json, the exported JSON Schemas,
 sweep timings: dew.bench.record.schema.documents) against its own model, and any other
 JSON object given by name as a record (one found in a folder is someone else's: skipped,
-as the site skips it). Each good file prints `FILE: ok (...)` on stdout. An invalid one
-prints one line per error on stderr, `FILE: $.json.path: message`. A file that is no JSON
+as the site skips it). results/superseded.json is checked against what it names too
+(dew.bench.record.superseded_check): each entry a valid record under results/ of its
+reason's device kind, made before the commit its reason says removed the cause. Each good
+file prints `FILE: ok (...)` on stdout. An invalid one prints one line per error on stderr,
+`FILE: $.json.path: message`. A file that is no JSON
 object at all (missing, binary, not JSON, JSON but not an object) prints one line,
 `dew validate: error: FILE: problem`, and the next file is still checked.
 
 Exit codes (dew.bench.common.cli's, the worst file decides):
     0  every file is valid
     1  some file is invalid: it breaks its schema, or a record has no rows (a record
-       without rows holds no result, whatever else it says)
+       without rows holds no result, whatever else it says), or superseded.json names a
+       record or a commit it may not
     2  bad input: a file that cannot be read as a JSON object, a folder without JSON, or a
        bad command line
 
@@ -34,10 +38,12 @@ import tyro
 from dew.bench.common import cli
 from dew.bench.common.cli import UsageError
 from dew.bench.common.files import read_json_object  # noqa: F401  (validate's, shared)
+from dew.bench.record import superseded_check
 from dew.bench.record.schema import ROW_MODELS, BenchmarkRun
 from dew.bench.record.schema.documents import RECORD, check_document, document_kind
 
 PROG = "python -m dew.bench.record.validate"
+SUPERSEDED = "superseded records"  # documents.KINDS' name of results/superseded.json
 
 # Segments pydantic adds to an error's location for the member of a union it tried; they
 # are not part of the document's path (a row's kind, ROW_MODELS's names, is one too).
@@ -170,6 +176,8 @@ def _validate(argv: list[str], prog: str) -> int:
         if kind not in (RECORD, None):
             problem = check_document(kind, text)
             errors = describe_errors(problem) if problem is not None else []
+            if not errors and kind == SUPERSEDED:  # the files and commits it names too
+                errors = superseded_check.check_text(path, text)
             verdict = f"ok ({kind})"
         else:
             run, errors = check_text(text)

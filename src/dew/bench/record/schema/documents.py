@@ -3,7 +3,8 @@ read from its content (`document_kind`), and its check (`check_document`).
 
     JSON Schema    results/schema/*.schema.json    python -m dew.bench.record.schema
     run level      results/noise.json              python -m dew.bench.analysis.history
-    superseded     results/superseded.json         by hand, with the measurement that shows why
+    superseded     results/superseded.json         by hand: each reason with the commit that
+                                                   removed its cause
     A/B plan       RUN/ab-plan.json                nox -s ab (dew.host.ab_rounds)
     comparison     compare.json                    dew compare --format json
     sweep timings  scripts/sweep_time.py --out
@@ -18,6 +19,7 @@ Pydantic and the standard library only, like the rest of the schema.
 from __future__ import annotations
 
 import json
+import re
 from typing import Literal
 
 import pydantic
@@ -112,18 +114,62 @@ class ComparisonDocument(Document):
     rows: list[dict] = []
 
 
+class Reason(Document):
+    """Why records left their kind's noise: the cause, the commit whose change removed it
+    (a record made at or after it is timed without the cause) and the device kind whose
+    records it concerns."""
+
+    why: str
+    removed_by: str  # a commit, abbreviated or whole
+    device_kind: str
+
+    @pydantic.field_validator("why", "device_kind")
+    @classmethod
+    def _said(cls, value: str, info: pydantic.ValidationInfo) -> str:
+        what = {
+            "why": "say what the cause was and what showed it",
+            "device_kind": "name the device kind of its records, as a record names it",
+        }
+        if not value.strip():
+            raise ValueError(f"the {info.field_name} is empty: {what[info.field_name]}")
+        return value
+
+    @pydantic.field_validator("removed_by")
+    @classmethod
+    def _a_commit(cls, value: str) -> str:
+        if not re.fullmatch(r"[0-9a-f]{7,40}", value):
+            raise ValueError("not a commit: name the commit (7 to 40 hex digits) whose change "
+                             "removed the cause")  # fmt: skip
+        return value
+
+
 class Superseded(Document):
     """results/superseded.json: records kept but left out of their kind's noise, each
-    naming one of the reasons (a change to how the kind is timed, and what showed it)."""
+    naming one of the reasons (a cause a code change removed, named with that commit)."""
 
-    reasons: dict[str, str]
-    records: dict[str, str]
+    reasons: dict[str, Reason]
+    records: dict[str, str]  # a record's path from the repository's root -> its reason
+
+    @pydantic.field_validator("reasons", mode="before")
+    @classmethod
+    def _reasons_are_objects(cls, value):
+        bare = sorted(name for name, reason in value.items() if isinstance(reason, str)) \
+            if isinstance(value, dict) else []  # fmt: skip
+        if bare:
+            raise ValueError(
+                f'reason {bare[0]!r} is a bare text: give it as {{"why": ..., "removed_by": '
+                '"<the commit that removed the cause>", "device_kind": ...}'
+            )
+        return value
 
     @pydantic.model_validator(mode="after")
     def _named_reasons(self) -> Superseded:
-        unknown = sorted(set(self.records.values()) - set(self.reasons))
+        unknown = [f"records[{path!r}] names the reason {name!r}"
+                   for path, name in self.records.items() if name not in self.reasons]  # fmt: skip
         if unknown:
-            raise ValueError(f"records name reasons that are not given: {', '.join(unknown)}")
+            given = ", ".join(sorted(self.reasons)) or "none"
+            raise ValueError(f"{'; '.join(unknown)}, which reasons does not give (given: "
+                             f"{given}): add it to reasons or name one of them")  # fmt: skip
         return self
 
 
