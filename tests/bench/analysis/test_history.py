@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from dew.bench.analysis import history, noise
+from dew.bench.analysis import history, history_scope, noise
 from dew.bench.common.cli import UsageError
 
 
@@ -127,15 +127,13 @@ def test_a_row_level_shrinks_toward_its_kind():
     assert 0.02 < shrunk < 0.06
 
 
-def test_the_committed_cache_is_the_fit_of_results():
+def test_the_committed_cache_is_the_fit_of_the_committed_records():
     cached = history.read_table()
-    assert cached is not None, (
-        "results/noise-history.json: python -m dew.bench.analysis.history --write"
-    )
-    assert cached["kinds"] == json.loads(
-        json.dumps(
-            history.fit(history.read(history.HISTORY), history.superseded(history.SUPERSEDED))
-        )
+    assert cached is not None, "results/noise.json: python -m dew.bench.analysis.history --write"
+    fitted = history_scope.kinds_table(None, cache=False)
+    assert fitted.left_out.history == "the committed records under results/"
+    assert cached["kinds"] == json.loads(json.dumps(dict(fitted))), (
+        "results/noise.json is stale: python -m dew.bench.analysis.history --write"
     )
 
 
@@ -162,18 +160,3 @@ def test_a_round_inside_a_side_whose_row_failed_still_counts_once(tmp_path):
     (tmp_path / "side.json").write_text(json.dumps(side))
     (tmp_path / "round.json").write_text(json.dumps(round_))
     assert [p.split("/")[-1] for p, _ in history.read(tmp_path)] == ["side.json"]
-
-
-def test_superseded_records_compared_are_judged_at_the_noise_of_their_own_time():
-    runs = history.HISTORY / "runs"
-    old = [runs / f"20261206T10{n}-tpu-v5e-3c38d48/step.json"
-           for n in ("0200Z-small-aa2", "0500Z-small-aa3")]  # fmt: skip
-    now = history.kinds_table(None)["TPU v5 lite"]  # the chip as it is timed now
-    assert any("3c38d48" in path for path in now["superseded"])
-    assert not any("3c38d48" in path for group in now["groups"] for path in group)
-    theirs = history.kinds_table(None, exclude=old)["TPU v5 lite"]
-    assert "superseded" not in theirs and theirs["own_time"]
-    assert (
-        "their own time's" in noise.model_for("TPU v5 lite", "tpu", {"TPU v5 lite": theirs}).source
-    )
-    assert any("3c38d48" in path for group in theirs["groups"] for path in group)

@@ -1,14 +1,16 @@
 """Hold a run against a reference record: did it reproduce, and if not, why?
 
-`dew compare RUN [REFERENCE] [--band PCT] [--alpha 0.05] [--history DIR] [--target-mde 10]
-[--run-noise PCT] [--format auto|md|text|json] [--plot PNG] [--overwrite] [--strict]`
+`dew compare RUN [REFERENCE] [--band PCT] [--alpha 0.05] [--history DIR] [--with-superseded]
+[--target-mde 10] [--run-noise PCT] [--format auto|md|text|json] [--plot PNG] [--overwrite]
+[--strict]`
 
 The first line says the outcome in plain words, and where the two records cannot show a row
 the same within the band however many repeats they had, the narrowest band they could show
 and the `dew ab` rounds that would show the one asked for (compare_report.headline). Then
 the stack differences (packages, driver, device, env flags, commit, settings), then
 the noise assumed (the device kind's process level, run level and whole-run shift, fitted
-from the records' own A/A history: dew.bench.analysis.history), the whole run's shift (the
+from the committed records' own A/A history less the two compared and their copies, and
+what was left out and why: dew.bench.analysis.history_scope), the whole run's shift (the
 median of the rows' ratios) on its own line, then per row the ratios run / reference, the
 timing ratio's 95% interval, its ratio against the shift, the p after Holm-Bonferroni
 (over the shift and the rows), what the row could have detected (MDE) and the repeats a
@@ -199,8 +201,12 @@ class Args:
     strict: bool = False
     """exit 1 also when the comparison is INCONCLUSIVE (instead of 3)"""
     history: str | None = None
-    """the folder whose A/A records give each device kind's noise (the records compared
-    are left out of it); default: results/noise.json, the fit of results/"""
+    """the folder whose A/A records (every one under it) give each device kind's noise;
+    default: the committed records under results/ (those git tracks). Either way the records
+    compared and their copies are left out, and the noise line names what was"""
+    with_superseded: bool = False
+    """fit the noise with the records results/superseded.json lists (left out by default):
+    a superseded record judged at the noise of its time"""
     target_mde: float = 10.0
     """the change in percent each row says how many repeats a side it would need for"""
     run_noise: float | None = None
@@ -281,12 +287,13 @@ def _compare(args: Args) -> int:
     else:
         check_tpu_beside_its_kind(run, ref, run_path, ref_path)
         check_not_one_measurement(run, ref, run_path, ref_path)
-        kinds = None
+        folder = None
         if args.history is not None:
             folder = Path(args.history)
             if not folder.is_dir():
                 raise UsageError(f"--history {folder} is not a folder of records")
-            kinds = history.kinds_table(folder, exclude=(run_path, ref_path))
+        kinds = history.kinds_table(folder, exclude=(run_path, ref_path),
+                                    with_superseded=args.with_superseded)  # fmt: skip
         model = noise.for_records(run, ref, kinds, exclude=(run_path, ref_path))
         if args.run_noise is not None:
             pooled = model.pooled

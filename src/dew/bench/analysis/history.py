@@ -2,15 +2,17 @@
 
     python -m dew.bench.analysis.history [--history DIR] [--write]
 
-Every record under DIR (default results/) is read by its content, not its name; a record
-whose every repeat figure another record also holds (an A/B round inside its side's
-record, a reproduce's copy of its reference) counts once. A dirty tree's records pair
-only with records of the same diff (its hash); without one they are left out. Records that
-share a stack identity (commit, packages, driver, Python, environment flags, code from
-outside dew, the measuring settings; a loader's rows) and a device identity (device kind
-and count, and the cards' UUIDs where there are any) are A/A records: the same thing
-measured at different times. Each such group is fitted as a two-way random-effects table
-on the logs of the repeat figures:
+The history is the committed records under results/ (those git tracks), or every record
+under DIR; what a comparison leaves out of it, and says it left out, is
+dew.bench.analysis.history_scope's. A record is read by its content, not its name; one
+whose every repeat figure another also holds (an A/B round inside its side's record, a
+reproduce's copy of its reference) counts once; a dirty tree's records pair only with
+records of the same diff (its hash), and without one are left out. Records that share a
+stack identity (commit, packages, driver, Python, environment flags, code from outside
+dew, the measuring settings; a loader's rows) and a device identity (device kind and
+count, and the cards' UUIDs where there are any) are A/A records: the same thing measured
+at different times. Each such group is fitted as a two-way random-effects table on the logs
+of the repeat figures:
 
 - the **process level** σ_p: the variance within a record's repeats of a row, pooled;
 - the **shift** σ_s: what a whole record shares (the record effects of an additive fit of
@@ -26,12 +28,10 @@ degrees of freedom for the difference, and a level estimated below its standard 
 as that standard error (never as a known 0; `floored` in the table names them).
 Each row's own levels shrink toward its kind's (empirical Bayes, the kind's level worth
 PRIOR_DF degrees of freedom), never the larger of two noisy estimates. Records listed in
-results/superseded.json (a change to how their kind is timed, shown to change its noise)
-stay records but are left out of the fit, named under their kind's `superseded`. A kind with no
-history gets a stated weak prior (dew.bench.analysis.noise), never another kind's levels.
-
---write caches the fit of results/ in results/noise.json (a test checks it is current):
-what compare and --repeats auto read by default; compare --history DIR fits DIR itself.
+results/superseded.json (each for a cause a commit removed) stay records but leave the
+fit, named under their kind's `superseded`. A kind with no history gets a stated weak
+prior (dew.bench.analysis.noise), never another kind's levels. --write caches the fit of
+the committed records in results/noise.json (a test checks it is current).
 """
 
 from __future__ import annotations
@@ -48,34 +48,29 @@ import numpy as np
 import tyro
 
 from dew.bench.analysis import judge
+from dew.bench.analysis.history_records import (  # noqa: F401  (history's names, read here)
+    SKIPPED_DIRS,
+    _distinct,
+    _figures,
+    held,
+    leave_out,
+    parse,
+    read,
+    read_paths,
+    walk,
+)
 from dew.bench.analysis.judge import PRIOR_DF
 from dew.bench.analysis.kinds import KINDS
 from dew.bench.analysis.tables import level
 from dew.bench.common import cli, files
 from dew.bench.common.files import REPO_ROOT
-from dew.bench.record.schema.documents import Superseded
 from dew.bench.record.stack import stack_identity
 
 PROG = "python -m dew.bench.analysis.history"
 HISTORY = REPO_ROOT / "results"
 TABLE = HISTORY / "noise.json"
 SUPERSEDED = HISTORY / "superseded.json"
-SKIPPED_DIRS = {"schema", "site"}
 # --- reading the history -------------------------------------------------------------------
-
-
-def _figures(row: dict, *, failed_too: bool = False) -> list[float]:
-    """A row's repeat figures as times (ms per step, or per batch for the loader); a failed
-    row's none (its ok repeats too, with `failed_too`: what it measured, to tell copies)."""
-    if (row.get("status") != "ok" and not failed_too) or not row.get("repeats"):
-        return []
-    figures = []
-    for repeat in row["repeats"]:
-        if "ms_per_step" in repeat:
-            figures.append(repeat["ms_per_step"])
-        elif repeat.get("samples_per_s"):
-            figures.append(1e3 * row["batch"] / repeat["samples_per_s"])
-    return [f for f in figures if f and f > 0 and math.isfinite(f)]
 
 
 def row_label(row: dict, kind: str) -> str:
@@ -107,56 +102,6 @@ def device_kind(record: dict) -> str | None:
 
 def platform(record: dict) -> str | None:
     return ((record.get("environment") or {}).get("devices") or {}).get("platform")
-
-
-def read(directory: Path, exclude: Iterable[Path] = ()) -> list[tuple[str, dict]]:
-    """Every record under `directory` (a JSON object with a kind, an environment and rows),
-    less `exclude` and less records whose figures another holds."""
-    skip = {Path(p).resolve() for p in exclude}
-    paths = sorted(directory.rglob("*.json")) if directory.is_dir() else []
-    return read_paths(p for p in paths if not SKIPPED_DIRS & set(p.relative_to(directory).parts)
-                      and p.resolve() not in skip)  # fmt: skip
-
-
-def read_paths(paths: Iterable[Path]) -> list[tuple[str, dict]]:
-    """The records among `paths` (others are passed over quietly), each once (`read`)."""
-    found = []
-    for path in paths:
-        try:
-            record = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if not isinstance(record, dict) or record.get("kind") not in KINDS:
-            continue
-        if not isinstance(record.get("rows"), list) or "environment" not in record:
-            continue
-        code = record["environment"].get("code") or {}
-        if code.get("dirty") and not code.get("diff_sha256"):
-            continue  # a dirty tree of unknown content: no A/A pair of anything
-        shown = path.resolve()
-        found.append((str(shown.relative_to(REPO_ROOT) if shown.is_relative_to(REPO_ROOT)
-                          else path), record))  # fmt: skip
-    return _distinct(found)
-
-
-def _distinct(records: list[tuple[str, dict]]) -> list[tuple[str, dict]]:
-    """Drop a record whose (row, figure) pairs another record holds too (the larger one
-    stays; of two equal ones, the first path)."""
-    sets = [
-        {(str(r.get("architecture")), json.dumps(r.get("case")), round(f, 9))
-         for r in rec["rows"] for f in _figures(r, failed_too=True)}
-        for _, rec in records
-    ]  # fmt: skip
-    kept = []
-    for i, (path, record) in enumerate(records):
-        mine = sets[i]
-        covered = any(
-            j != i and mine <= sets[j] and (len(sets[j]) > len(mine) or j < i)
-            for j in range(len(records))
-        )
-        if mine and not covered:
-            kept.append((path, record))
-    return kept
 
 
 # --- the fit -------------------------------------------------------------------------------
@@ -330,21 +275,11 @@ def fit(records: Sequence[tuple[str, dict]], left_out_paths: Collection[str] = (
 
 def superseded(path: Path) -> dict[str, str]:
     """The records results/superseded.json lists, each with its reason's name: kept
-    (compare and the site read them), but no longer their kind's noise (each reason names
-    the commit that removed its cause: documents.Superseded)."""
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        return {}
-    except OSError as error:
-        raise cli.UsageError(f"{path}: cannot be read ({error.strerror})") from None
-    try:
-        table = Superseded.model_validate_json(text)  # a ValueError when it is not one
-    except ValueError:
-        raise cli.UsageError(
-            f"{path} is not a list of superseded records: check it with `dew validate {path}`"
-        ) from None
-    return dict(table.records)
+    (compare and the site read them), but no longer their kind's noise
+    (history_scope.read_superseded reads the file)."""
+    from dew.bench.analysis.history_scope import read_superseded
+
+    return dict(read_superseded(path).records)
 
 
 def shrink(own: Estimate, kind: Estimate) -> float:
@@ -359,42 +294,20 @@ def _sd(var: float) -> float:
     return round(math.sqrt(max(0.0, var)), 5)
 
 
-def read_table(path: Path = TABLE) -> dict | None:
+def read_table(path: Path | None = None) -> dict | None:
     try:
-        return json.loads(path.read_text())
+        return json.loads((TABLE if path is None else path).read_text())
     except (OSError, ValueError):
         return None
 
 
-def kinds_table(history: Path | None, exclude: Iterable[Path] = ()) -> dict:
-    """The fitted kinds, less the records in `exclude` (those compared are never part of
-    their own noise): of `history` when given, else the cache (noise.json) when it holds
-    none of them, else of results/ itself; with the superseded records when one of
-    `exclude` is one."""
-    exclude = [Path(p) for p in exclude]
-    # Superseded records compared are judged at the noise of their own time: the fit that
-    # still holds the records measured as they were.
-    gone = superseded(SUPERSEDED)
-    own_time = bool({p.resolve() for p in exclude} & {(REPO_ROOT / p).resolve() for p in gone})
-    if history is None:
-        cached = read_table()
-        if (not own_time and cached is not None and "kinds" in cached
-                and not _holds(cached["kinds"], exclude)):  # fmt: skip
-            return cached["kinds"]
-        history = HISTORY
-    if not own_time:
-        return fit(read(history, exclude), gone)
-    table = fit(read(history, exclude))
-    for entry in table.values():  # said in the comparison's noise line (noise.model_for)
-        entry["own_time"] = any(path in gone for group in entry["groups"] for path in group)
-    return table
+def kinds_table(history_dir: Path | None = None, exclude: Iterable[Path] = (), *,
+                with_superseded: bool = False) -> dict:  # fmt: skip
+    """The fitted kinds a comparison of the records `exclude` assumes, with what was left
+    out of them (dew.bench.analysis.history_scope.kinds_table)."""
+    from dew.bench.analysis import history_scope
 
-
-def _holds(kinds: dict, paths: Sequence[Path]) -> bool:
-    """Whether a fitted table's groups hold any of `paths` (by the file, however named)."""
-    mine = {p.resolve() for p in paths}
-    return any((REPO_ROOT / member).resolve() in mine for entry in kinds.values()
-               for group in entry.get("groups", ()) for member in group)  # fmt: skip
+    return history_scope.kinds_table(history_dir, exclude, with_superseded=with_superseded)
 
 
 # --- the command line -----------------------------------------------------------------------
@@ -402,13 +315,14 @@ def _holds(kinds: dict, paths: Sequence[Path]) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class Args:
-    """Fit each device kind's noise from the A/A records under --history and print it, or
-    write results/noise.json (--write)."""
+    """Fit each device kind's noise from the A/A records (the committed ones under results/,
+    or every one under --history) and print it, or write results/noise.json (--write)."""
 
-    history: Annotated[str, tyro.conf.arg(metavar="DIR")] = str(HISTORY)
-    """the folder whose records (at any depth) are the history"""
+    history: Annotated[str | None, tyro.conf.arg(metavar="DIR")] = None
+    """the folder whose records (at any depth) are the history; default: the records under
+    results/ that git tracks (outside a checkout, every one under results/)"""
     write: bool = False
-    """write results/noise.json, the cache of the fit of results/"""
+    """write results/noise.json, the cache of the fit of the committed records"""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -417,16 +331,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _history(args: Args) -> int:
-    directory = Path(args.history)
-    if not directory.is_dir():
+    from dew.bench.analysis import history_scope
+
+    directory = None if args.history is None else Path(args.history)
+    if directory is not None and not directory.is_dir():
         raise cli.UsageError(f"--history {directory} is not a folder")
-    kinds = fit(read(directory), superseded(SUPERSEDED))
+    if directory is not None and args.write:
+        raise cli.UsageError(f"--write caches the fit of the committed records, not of "
+                             f"--history {directory}: leave one of them out")  # fmt: skip
+    kinds = history_scope.kinds_table(directory, cache=False)
     if not kinds:
-        raise cli.UsageError(f"{directory}: no two records of one stack and device with rows "
-                             "of repeats: nothing to fit")  # fmt: skip
-    relative = directory.resolve().relative_to(REPO_ROOT) if directory.resolve().is_relative_to(
-        REPO_ROOT) else directory  # fmt: skip
-    table = {"command": f"{PROG} --history {relative} --write", "kinds": kinds}
+        raise cli.UsageError(f"{directory or HISTORY}: no two records of one stack and device "
+                             "with rows of repeats: nothing to fit")  # fmt: skip
+    table = {"command": f"{PROG} --write", "kinds": dict(kinds)}
     if args.write:
         files.atomic_write(TABLE, json.dumps(table, indent=1) + "\n")
         print(f"wrote {TABLE}", file=sys.stderr)
@@ -437,6 +354,8 @@ def _history(args: Args) -> int:
               f"({entry['shift_df']:g} df)"
               + (f"; {len(entry['superseded'])} superseded records left out"
                  if entry.get("superseded") else ""))  # fmt: skip
+    if kinds.left_out is not None and kinds.left_out.unread():
+        print(kinds.left_out.unread(), file=sys.stderr)
     return cli.EXIT_OK
 
 

@@ -79,8 +79,12 @@ class NoiseModel:
 def model_for(kind: str | None, platform_name: str | None, table: dict) -> NoiseModel:
     """The noise of `kind` from a fitted table (`fit`'s), or its prior."""
     entry = table.get(kind) if kind is not None else None
+    left_out = getattr(table, "left_out", None)  # history_scope.Kinds: what the fit left out
     if not entry or (entry["process_df"] <= 0 and entry["run_df"] <= 0):
         noise = prior(platform_name, kind)
+        if left_out is not None:
+            noise = dataclasses.replace(noise, source=f"{noise.source}; "
+                                        f"{left_out.words(kind, fitted=False)}")  # fmt: skip
         return NoiseModel(noise, {}, noise.source)
     source = (f"{kind}: {entry['records']} records in {len(entry['groups'])} A/A groups "
               f"(process {level(entry['process'])} over {entry['process_df']:g} df, run "
@@ -88,8 +92,6 @@ def model_for(kind: str | None, platform_name: str | None, table: dict) -> Noise
               f"over {entry['shift_df']:g} df)")  # fmt: skip
     for name in entry.get("floored", ()):
         source += f"; {name} at its standard error (estimated at about 0, not known to be 0)"
-    if entry.get("own_time"):
-        source += "; with the superseded records (results/superseded.json): their own time's"
     fallback = prior(platform_name, kind)
 
     def fitted_or_prior(value: float, df: float, default: float) -> tuple[float, float]:
@@ -103,6 +105,8 @@ def model_for(kind: str | None, platform_name: str | None, table: dict) -> Noise
         # as the shift; the run level is taken at it too (never below it, never a prior).
         run = shift
         source += "; one row a record: the run level not told from the shift, taken at it"
+    if left_out is not None:
+        source += f"; {left_out.words(kind)}"
     pooled = Noise(*fitted_or_prior(entry["process"], entry["process_df"], fallback.process), *run,
                    *shift, source)  # fmt: skip
     rows = {
@@ -148,5 +152,8 @@ def for_records(run, reference, kinds: dict | None = None, exclude=()) -> NoiseM
         either = "cpu" if "cpu" in platforms else platforms[0] if platforms[0] == platforms[1] \
             else "gpu"  # fmt: skip
         noise = prior(either, f"{kind[0]} against {kind[1]}")
+        left_out = getattr(kinds, "left_out", None)
+        if left_out is not None and left_out.uncommitted:
+            noise = dataclasses.replace(noise, source=f"{noise.source}; {left_out.unread()}")
         return NoiseModel(noise, {}, noise.source)
     return model_for(kind[0], platforms[0], kinds)

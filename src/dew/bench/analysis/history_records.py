@@ -1,0 +1,117 @@
+"""Records read as a history: by their content, not their name, each measurement once.
+
+A JSON file is a record when it has a kind dew knows, rows and an environment; a dirty
+tree's record without the hash of its diff is no A/A pair of anything and is passed over.
+A record whose every repeat figure another record also holds (an A/B round inside its
+side's record, a reproduce's copy of its reference) counts once; the records left out of
+a history (those compared) take their copies with them. dew.bench.analysis.history fits
+what this reads; dew.bench.analysis.history_scope chooses which files it reads.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from pathlib import Path
+
+from dew.bench.analysis.kinds import KINDS
+from dew.bench.common.files import REPO_ROOT
+
+SKIPPED_DIRS = {"schema", "site"}
+
+
+def _figures(row: dict, *, failed_too: bool = False) -> list[float]:
+    """A row's repeat figures as times (ms per step, or per batch for the loader); a failed
+    row's none (its ok repeats too, with `failed_too`: what it measured, to tell copies)."""
+    if (row.get("status") != "ok" and not failed_too) or not row.get("repeats"):
+        return []
+    figures = []
+    for repeat in row["repeats"]:
+        if "ms_per_step" in repeat:
+            figures.append(repeat["ms_per_step"])
+        elif repeat.get("samples_per_s"):
+            figures.append(1e3 * row["batch"] / repeat["samples_per_s"])
+    return [f for f in figures if f and f > 0 and math.isfinite(f)]
+
+
+def walk(directory: Path) -> list[Path]:
+    """The JSON files under `directory` at any depth (its schema/ and site/ aside), sorted."""
+    paths = sorted(directory.rglob("*.json")) if directory.is_dir() else []
+    return [p for p in paths if not SKIPPED_DIRS & set(p.relative_to(directory).parts)]
+
+
+def read(directory: Path, exclude: Iterable[Path] = ()) -> list[tuple[str, dict]]:
+    """Every record under `directory` (a JSON object with a kind, an environment and rows),
+    less `exclude` and their copies, each once (`read_paths`)."""
+    return read_paths(walk(directory), exclude)
+
+
+def read_paths(paths: Iterable[Path], exclude: Iterable[Path] = ()) -> list[tuple[str, dict]]:
+    """The records among `paths` (others are passed over quietly), less `exclude` and the
+    records whose every figure one of them holds, each once (`_distinct`)."""
+    return leave_out(parse(paths), exclude)[0]
+
+
+def parse(paths: Iterable[Path]) -> list[tuple[str, dict]]:
+    """The records among `paths`, each named by its path from the repository's root."""
+    found = []
+    for path in paths:
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(record, dict) or record.get("kind") not in KINDS:
+            continue
+        if not isinstance(record.get("rows"), list) or "environment" not in record:
+            continue
+        code = record["environment"].get("code") or {}
+        if code.get("dirty") and not code.get("diff_sha256"):
+            continue  # a dirty tree of unknown content: no A/A pair of anything
+        shown = path.resolve()  # from the repository's root where it lies inside
+        found.append((str(shown.relative_to(REPO_ROOT) if shown.is_relative_to(REPO_ROOT)
+                          else shown), record))  # fmt: skip
+    return found
+
+
+def leave_out(records: list[tuple[str, dict]], exclude: Iterable[Path] = ()
+              ) -> tuple[list[tuple[str, dict]], list[str]]:  # fmt: skip
+    """(the history: `records` less the files `exclude` names and their copies, each once;
+    the copies' paths). A copy is a record whose every figure a left-out one holds (an A/B
+    side's rounds, a byte copy): the same measurement, never its own noise."""
+    skip = {Path(p).resolve() for p in exclude}
+    theirs = [held(record) for _, record in parse(skip)]
+    kept, copies = [], []
+    for path, record in records:
+        if (REPO_ROOT / path).resolve() in skip:
+            continue
+        mine = held(record)
+        if mine and any(mine <= figures for figures in theirs):
+            copies.append(path)
+        else:
+            kept.append((path, record))
+    return _distinct(kept), copies
+
+
+def held(record: dict) -> set[tuple[str, str, float]]:
+    """A record's (row, figure) pairs, failed rows' measured repeats included."""
+    rows = record.get("rows") if isinstance(record.get("rows"), list) else []
+    return {(str(r.get("architecture")), json.dumps(r.get("case")), round(f, 9))
+            for r in rows if isinstance(r, dict)
+            for f in _figures(r, failed_too=True)}  # fmt: skip
+
+
+def _distinct(records: list[tuple[str, dict]]) -> list[tuple[str, dict]]:
+    """Drop a record whose (row, figure) pairs another record holds too (the larger one
+    stays; of two equal ones, the first path)."""
+    sets = [held(rec) for _, rec in records]
+    kept = []
+    for i, (path, record) in enumerate(records):
+        mine = sets[i]
+        covered = any(
+            j != i and mine <= sets[j] and (len(sets[j]) > len(mine) or j < i)
+            for j in range(len(records))
+        )
+        if mine and not covered:
+            kept.append((path, record))
+    return kept
