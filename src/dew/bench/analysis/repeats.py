@@ -22,23 +22,31 @@ DIGITS = 4  # raw samples kept to 0.1 us: a 100-step repeat is about 1 KB of JSO
 AUTO_BAND, AUTO_ALPHA = 0.05, 0.05  # --repeats auto aims at compare's defaults
 
 
-def step_repeat(ms_per_step: float, synced_ms: Sequence[float], compile_s: float | None):
+def step_repeat(
+    ms_per_step: float,
+    synced_ms: Sequence[float],
+    compile_s: float | None,
+    host_ms: float | None = None,
+):
     """One repeat's raw samples, as the child process measured them."""
     return StepRepeat(
         ms_per_step=round(ms_per_step, DIGITS),
         synced_ms=[round(value, DIGITS) for value in synced_ms],
         compile_s=compile_s,
+        host_ms=None if host_ms is None else round(host_ms, DIGITS),
     )
 
 
-def with_host_readings(row, busy: str | None, probe_ms: float | None):
+def with_host_readings(row, busy: str | None, probe_ms: float | None, load: float | None = None):
     """The step or loader row with the host readings taken before its repeat on each of its
-    repeats: why the idle check found the host busy (None: it did not) and the host probe's
-    ms (dew.bench.runtime.hostprobe; None: not read). A row without repeats is returned as it is."""
+    repeats: why the idle check found the host busy (None: it did not), the CPU other
+    processes used then (cores; None: not read) and the host probe's ms
+    (dew.bench.runtime.hostprobe; None: not read). A row without repeats is returned as it is."""
     if not row.repeats:
         return row
     probe = None if probe_ms is None else round(probe_ms, DIGITS)
-    update = {"host_busy": busy, "host_probe_ms": probe}
+    cores = None if load is None else round(load, 3)
+    update = {"host_busy": busy, "host_probe_ms": probe, "host_load_cores": cores}
     return row.model_copy(update={"repeats": [r.model_copy(update=update) for r in row.repeats]})
 
 

@@ -92,7 +92,7 @@ def measure_repeats(args: Args, *, notify=print_notice) -> DataRow:
         return with_host_readings(row, None, probe)
     rows = []
     for index in range(1, args.repeats + 1):
-        busy = _busy(args.idle_check) if index > 1 else None
+        busy, load = _busy(args.idle_check) if index > 1 else (None, None)
         probe = hostprobe.measure()  # after the idle reading, right before the repeat
         # The notices (capped workers) are the same in every process: shown once.
         try:
@@ -106,7 +106,7 @@ def measure_repeats(args: Args, *, notify=print_notice) -> DataRow:
             )
         except RepeatFailed as error:
             raise RepeatFailed(f"repeat {index} of {args.repeats}: {error}") from None
-        row = with_host_readings(row, busy, probe)
+        row = with_host_readings(row, busy, probe, load)
         notify(
             f"repeat {index}/{args.repeats}: {row.samples_per_s:.1f} samples/s, "
             f"first batch {row.first_batch_s:.2f} s"
@@ -115,12 +115,12 @@ def measure_repeats(args: Args, *, notify=print_notice) -> DataRow:
     return KINDS["data"].summarize(rows[0], [r for row in rows for r in row.repeats or []])
 
 
-def _busy(mode: str) -> str | None:
-    """Why the host is busy now (a 1 s reading), or None; never with --idle-check off."""
+def _busy(mode: str) -> tuple[str | None, float | None]:
+    """Why the host is busy now (a 1 s reading; None: idle) and the cores other processes
+    used; never read with --idle-check off."""
     from dew.bench.runtime import idle
 
-    check = None if mode == "off" else idle.sample("warn", window_s=1.0)
-    return None if check is None or check.idle else "; ".join(check.reasons) or "busy"
+    return idle.busy_and_load(None if mode == "off" else idle.sample("warn", window_s=1.0))
 
 
 def _spatial(sample: str | None) -> tuple[int, int] | None:

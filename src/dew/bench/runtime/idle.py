@@ -91,6 +91,16 @@ def guard(
     return check
 
 
+def busy_and_load(check: IdleCheck | None) -> tuple[str | None, float | None]:
+    """What a repeat keeps of a check: why the host was busy (None: idle, or not checked)
+    and the CPU other processes used, in cores (compare's busy gate weighs it against the
+    host's size)."""
+    if check is None or check.idle is None:
+        return None, None
+    load = None if check.others_cpu_percent is None else check.others_cpu_percent / 100
+    return (None if check.idle else "; ".join(check.reasons) or "busy"), load
+
+
 def sample(
     mode: str = "warn",
     *,

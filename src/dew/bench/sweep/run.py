@@ -106,7 +106,8 @@ def run(
             host.before_round(round_index)
             with contextlib.closing(executor.round(todo, round_index, host.read_probe)) as results:
                 for result in results:
-                    row = record.accept(result, busy=host.busy, probe_ms=host.probe_ms)
+                    row = record.accept(result, busy=host.busy, load=host.load,
+                                        probe_ms=host.probe_ms)  # fmt: skip
                     line = result_line(record, result, row, round_index)
                     progress.finish(result.position, line, ok=row.status == "ok")
                     if result.row.note:  # a damaged cache entry recompiled, a loss not finite
@@ -181,20 +182,17 @@ class HostReadings:
         self.mode, self.compile_only = mode, options.compile_only
         self.first = idle.guard("off" if self.compile_only else mode)
         self.busy: str | None = None
+        self.load: float | None = None  # cores other processes used
         self.probe_ms: float | None = None
 
     def before_round(self, round_index: int) -> None:
         """The run's own idle check for the first round, a short reading before every later
         one."""
-        self.busy = None
+        self.busy = self.load = None
         if self.mode == "off" or self.compile_only:
             return
-        if round_index == 0:
-            if self.first.idle is False:
-                self.busy = "; ".join(self.first.reasons) or "busy"
-            return
-        check = idle.sample("warn", window_s=1.0)
-        self.busy = None if check.idle else "; ".join(check.reasons) or "busy"
+        check = self.first if round_index == 0 else idle.sample("warn", window_s=1.0)
+        self.busy, self.load = idle.busy_and_load(check)
 
     def read_probe(self) -> None:
         self.probe_ms = None if self.compile_only else hostprobe.measure()

@@ -158,12 +158,17 @@ class RunRecord:
         return done, todo
 
     def accept(
-        self, result: Result, *, busy: str | None = None, probe_ms: float | None = None
+        self,
+        result: Result,
+        *,
+        busy: str | None = None,
+        load: float | None = None,
+        probe_ms: float | None = None,
     ) -> StepRow:
         """One more repeat of a case, with the host readings of its round (why the host was
-        busy, the host probe's ms): the case's row with it merged, in the record and on
-        disk before anything else can go wrong."""
-        repeat = with_host_readings(result.row, busy, probe_ms)
+        busy, the cores other processes used, the host probe's ms): the case's row with it
+        merged, in the record and on disk before anything else can go wrong."""
+        repeat = with_host_readings(result.row, busy, probe_ms, load)
         row = merge_repeat(self.row(result.case.key()), repeat)
         self._put(row)
         if self.processes > 1:  # a run cut short by a dead process must not read as complete

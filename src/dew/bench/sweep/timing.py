@@ -2,7 +2,9 @@
 
 warmup (untimed) -> dispatch window: `steps` steps back to back, one block at the end,
 divided by `steps` (ms/step: what a training loop that dispatches ahead sees) -> synced
-window of the same length, a block after every step (one time per step: p10/p50/p90).
+window of the same length, a block after every step (one time per step: p10/p50/p90), in
+which each step call's own return is timed too: the host's cost of issuing a step with the
+device's queue empty (host_ms), which says how much of a step's time is the host's.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dew.bench.runtime.phases import PhaseClock
 class Timings:
     ms_per_step: float  # dispatch window: total / steps
     synced_ms: tuple[float, ...]  # synced window: one figure per step
+    host_ms: float | None = None  # median time for a step call to return, the queue empty
 
     def percentiles(self) -> dict[str, float]:
         """p10/p50/p90 of the synced window (numpy's linear interpolation)."""
@@ -90,11 +93,13 @@ def _windows(step, state, batch, steps: int, on_step) -> tuple[Any, Any, Timings
     block((state, metrics))
     ms_per_step = (time.perf_counter() - start) * 1e3 / steps
 
-    synced = []
+    synced, issued = [], []
     for _ in range(steps):
         start = time.perf_counter()
         state, metrics = step(state, batch)
+        returned = time.perf_counter()
         block((state, metrics))
         synced.append((time.perf_counter() - start) * 1e3)
+        issued.append((returned - start) * 1e3)
         on_step(metrics)
-    return state, metrics, Timings(ms_per_step, tuple(synced))
+    return state, metrics, Timings(ms_per_step, tuple(synced), float(np.median(issued)))

@@ -77,8 +77,19 @@ class StepRepeat(Record):
     ms_per_step: Timing = Field(description="the dispatch window's total / steps")
     synced_ms: list[NonNegFloat] = Field(description="the synced window, one time per step")
     compile_s: NonNegFloat | None = None
+    host_ms: NonNegFloat | None = Field(
+        default=None,
+        description="the host's time to issue one step: the median, over the synced window, "
+        "of a step call's return with the device's queue empty; over ms_per_step it is the "
+        "row's dependence on the host (compare's busy gate); null: not measured",
+    )
     host_busy: str | None = Field(
         default=None, description="why the idle check before this repeat's round failed"
+    )
+    host_load_cores: NonNegFloat | None = Field(
+        default=None,
+        description="the CPU other processes used during that idle check, in cores (100% of "
+        "one core is 1); null: not read",
     )
     host_probe_ms: NonNegFloat | None = Field(
         default=None,
@@ -107,6 +118,10 @@ class DataRepeat(Record):
     intervals_ms: list[NonNegFloat] = Field(description="time between batches, one per batch")
     first_batch_s: NonNegFloat | None = None
     host_busy: str | None = None
+    host_load_cores: NonNegFloat | None = Field(
+        default=None, description="the CPU other processes used during the idle check before "
+        "this repeat, in cores; null: not read"
+    )
     host_probe_ms: NonNegFloat | None = Field(
         default=None, description="the host-speed probe before this repeat (schema 3)"
     )
