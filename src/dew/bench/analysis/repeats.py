@@ -27,6 +27,7 @@ def step_repeat(
     synced_ms: Sequence[float],
     compile_s: float | None,
     host_ms: float | None = None,
+    host_cores: float | None = None,
 ):
     """One repeat's raw samples, as the child process measured them."""
     return StepRepeat(
@@ -34,6 +35,7 @@ def step_repeat(
         synced_ms=[round(value, DIGITS) for value in synced_ms],
         compile_s=compile_s,
         host_ms=None if host_ms is None else round(host_ms, DIGITS),
+        host_cores=None if host_cores is None else round(host_cores, 3),
     )
 
 

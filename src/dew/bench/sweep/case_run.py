@@ -210,8 +210,9 @@ def measure(
     figures.p10_ms, figures.p50_ms = spread["p10_ms"], spread["p50_ms"]
     figures.p90_ms = spread["p90_ms"]
     repeat = step_repeat(
-        timings.ms_per_step, timings.synced_ms, figures.compile_s, timings.host_ms
-    )
+        timings.ms_per_step, timings.synced_ms, figures.compile_s, timings.host_ms,
+        timings.host_cores,
+    )  # fmt: skip
     repeat.fingerprint = figures.fingerprint  # what its compile made (validated here)
     figures.repeats = [repeat]
     figures.samples_per_s = batch / step_s

@@ -25,6 +25,7 @@ class Timings:
     ms_per_step: float  # dispatch window: total / steps
     synced_ms: tuple[float, ...]  # synced window: one figure per step
     host_ms: float | None = None  # median time for a step call to return, the queue empty
+    host_cores: float | None = None  # this process's CPU over the dispatch window, in cores
 
     def percentiles(self) -> dict[str, float]:
         """p10/p50/p90 of the synced window (numpy's linear interpolation)."""
@@ -86,12 +87,14 @@ def _ignore(metrics: Any) -> None:
 
 
 def _windows(step, state, batch, steps: int, on_step) -> tuple[Any, Any, Timings]:
-    start = time.perf_counter()
+    cpu, start = time.process_time(), time.perf_counter()
     for _ in range(steps):
         state, metrics = step(state, batch)
         on_step(metrics)
     block((state, metrics))
-    ms_per_step = (time.perf_counter() - start) * 1e3 / steps
+    elapsed = time.perf_counter() - start
+    cores = (time.process_time() - cpu) / elapsed if elapsed > 0 else None
+    ms_per_step = elapsed * 1e3 / steps
 
     synced, issued = [], []
     for _ in range(steps):
@@ -102,4 +105,4 @@ def _windows(step, state, batch, steps: int, on_step) -> tuple[Any, Any, Timings
         synced.append((time.perf_counter() - start) * 1e3)
         issued.append((returned - start) * 1e3)
         on_step(metrics)
-    return state, metrics, Timings(ms_per_step, tuple(synced), float(np.median(issued)))
+    return state, metrics, Timings(ms_per_step, tuple(synced), float(np.median(issued)), cores)

@@ -83,6 +83,11 @@ class StepRepeat(Record):
         "of a step call's return with the device's queue empty; over ms_per_step it is the "
         "row's dependence on the host (compare's busy gate); null: not measured",
     )
+    host_cores: NonNegFloat | None = Field(
+        default=None,
+        description="the CPU this repeat's process used over the dispatch window, in cores "
+        "(its CPU seconds over the window's wall seconds, every thread); null: not measured",
+    )
     host_busy: str | None = Field(
         default=None, description="why the idle check before this repeat's round failed"
     )
