@@ -4,6 +4,7 @@ in its note, and every ratio column carries its unit (issue 52)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from dew.bench.analysis import compare_report, comparison, tables
+from dew.bench.analysis import compare_report, comparison, noise, tables
 from dew.bench.record.schema import read_run
 
 REPO = Path(__file__).resolve().parents[3]
@@ -72,8 +73,19 @@ def test_the_dew_command_fits_a_terminal_and_gives_a_pipe_the_full_form():
     assert shown.startswith("Comparison") and words_over(shown, 80) == [], shown
 
 
-def test_a_loader_rows_interval_reads_as_its_table_shows_it():
+def test_a_loader_row_of_one_process_a_side_and_no_history_is_not_judged():
+    # its noise is known from nothing: neither side's repeats nor an A/A record of it
     text = report(LOADER_A, LOADER_B, "text")
+    assert "undecided: one process a side of a row no A/A record holds" in text
+
+
+def test_a_loader_rows_interval_reads_as_its_table_shows_it():
+    # judged at its kind's levels (as a row the history held would be)
+    a, b = read_run(LOADER_A), read_run(LOADER_B)
+    model = noise.for_records(a, b)
+    model = dataclasses.replace(model, unseen=None)
+    cmp = comparison.compare(a, b, noise=model)
+    text = compare_report.comparison(cmp, a, b, "text", 0)
     row = next(line for line in text.splitlines() if line.startswith("synthetic-images"))
     low, high = row.split("[")[1].split("]")[0].split(", ")
     assert f"its change {low}-{high}" in text  # samples/s, not the time it inverts

@@ -121,10 +121,10 @@ def test_a_kind_without_history_gets_its_weak_prior_never_another_kinds_levels()
 
 
 def test_a_row_level_shrinks_toward_its_kind():
-    kind = history.Estimate(0.02**2, 100)
-    noisy_row = history.Estimate(0.12**2, 2)  # simple_udit's 12% from 2 df
-    shrunk = math.sqrt(history.shrink(noisy_row, kind))
+    # simple_udit's 12% run level from 2 df, toward its kind's 2% (100 df)
+    shrunk = math.sqrt(float(history.row_run(0.12**2, 2, 0.02**2, 100, 0.0)))
     assert 0.02 < shrunk < 0.06
+    assert float(history.row_run(-0.01, 2, 0.02**2, 100, 0.015**2)) == 0.015**2  # the floor
 
 
 def test_the_committed_cache_is_the_fit_of_the_committed_records():

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from dew.bench.analysis import calibration as simulation
-from dew.bench.analysis import judge, stats
+from dew.bench.analysis import judge, row_noise, stats
 
 CPU = dict(process_var=0.10**2, process_df=40.0, run_var=0.04**2, run_df=30.0,
            shift_var=0.04**2, shift_df=30.0)  # fmt: skip
@@ -53,9 +53,9 @@ def test_same_only_when_the_whole_change_is_shown_inside_the_band():
 def test_moderation_does_not_believe_three_quiet_repeats():
     """Three repeats whose spread happens to be tiny: the prior (the kind's process level,
     worth 20 df) keeps the variance near the kind's (the old Welch step took them alone)."""
-    var, df = judge.moderated(1e-8, 3, 1e-8, 3, prior=0.02, prior_df=200)
+    var, df = row_noise.moderated(1e-8, 3, 1e-8, 3, prior=0.02, prior_df=200)
     assert var == pytest.approx(0.02**2 * 20 / 24, rel=1e-3) and df == 24
-    var, df = judge.moderated(np.nan, 1, np.nan, 1, prior=0.02, prior_df=130)
+    var, df = row_noise.moderated(np.nan, 1, np.nan, 1, prior=0.02, prior_df=130)
     assert var == pytest.approx(0.02**2) and df == 20  # 1 vs 1: the prior's df, not another's
 
 

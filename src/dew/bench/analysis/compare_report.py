@@ -312,7 +312,19 @@ def reach(cmp: Comparison) -> Reach | None:
 
 def headline(cmp: Comparison) -> str:
     """The verdict's first line, in words one can act on without the statistics: what
-    happened, or why these two records cannot tell and what would."""
+    happened, or why these two records cannot tell and what would; then any repeat that
+    stands out from its row's others (dew.bench.analysis.outliers) and what would settle it."""
+    line = _verdict_line(cmp)
+    if not cmp.outliers:
+        return line
+    first, more = cmp.outliers[0], len(cmp.outliers) - 1
+    return (f"{line} A repeat stands out: {first.words()}"
+            + (f" ({more} more in the rows' notes)" if more else "")
+            + "; more repeats of that row (`--resume` with a larger --repeats) or `dew ab` "
+            "would show whether it recurs.")  # fmt: skip
+
+
+def _verdict_line(cmp: Comparison) -> str:
     counted, band = cmp.counted, f"{cmp.band:g}%"
     if not counted:
         return "Nothing compared: no row of the run has a comparable reference row."
@@ -421,6 +433,7 @@ def as_json(cmp: Comparison) -> dict[str, Any]:
             "rows": {label: {"process": n.process, "run": n.run}
                      for label, n in sorted(cmp.noise.rows.items())},
         },
+        "outliers": [dataclasses.asdict(outlier) for outlier in cmp.outliers],
         "host_drift": None if cmp.host is None else {
             "ratio": cmp.host.ratio, "interval": [cmp.host.low, cmp.host.high],
         },

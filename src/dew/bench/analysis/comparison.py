@@ -38,8 +38,8 @@ import math
 
 import numpy as np
 
-from dew.bench.analysis import judge, stats
-from dew.bench.analysis.host_gates import busy_explaining, drift_why, host_drift
+from dew.bench.analysis import judge, outliers, row_noise, stats
+from dew.bench.analysis.host_gates import biases, busy_why, drift_why, host_drift
 from dew.bench.analysis.kinds import KINDS, Kind
 from dew.bench.analysis.matching import match_rows
 from dew.bench.analysis.noise import Noise, NoiseModel, for_records, platform_of
@@ -68,6 +68,7 @@ class RowComparison:
     rounds: int | None = None  # interleaved rounds (nox -s ab) that would detect the target
     compiled: str | None = None  # same program | ..., other kernels | other program; None: unknown
     rate: bool = False  # its timing is a rate (samples/s): its ratios are shown inverted
+    figures: tuple[list[float], list[float]] | None = None  # the timing's repeats, run and ref
 
     @property
     def counts(self) -> bool:
@@ -99,6 +100,7 @@ class Comparison:
     noise: NoiseModel | None = None  # the levels assumed, and where they came from
     target: float = 0.10  # the change `repeats_for` is asked about (a fraction)
     shift: judge.Shift | None = None  # the whole-table shift (3 rows or more)
+    outliers: list[outliers.Outlier] = dataclasses.field(default_factory=list)
 
     @property
     def detectable(self) -> float | None:
@@ -206,10 +208,12 @@ def _compare_rows(run_row, ref_row, kind: Kind, note: str | None, noise: NoiseMo
     change = ratio - 1 if timing not in kind.rates else 1 / ratio - 1
     row = RowComparison(label, run_row, ref_row, ratios, True, "undecided", change, notes)
     row.rate = timing in kind.rates
-    sides = (timing_side(kind, run_row, timing), timing_side(kind, ref_row, timing))
-    if None in sides:  # a zero figure: nothing to take the log of
+    figures = (timing_figures(kind, run_row, timing), timing_figures(kind, ref_row, timing))
+    if not all(figures):  # a zero figure: nothing to take the log of
         row.verdict = "no timing to compare"
         return row
+    sides = tuple(stats.side(f) for f in figures)
+    row.figures = figures
     row.noise = noise.for_row(label)
     row.sides = sides
     one = [which for which, side in (("run", sides[0]), ("reference", sides[1])) if side.n == 1]
@@ -233,11 +237,10 @@ def _judged_timing(kind: Kind, ratios: dict, run_row, ref_row, notes: list[str])
     return kind.timing, None
 
 
-def timing_side(kind: Kind, row, timing: str) -> stats.Side | None:
-    """A row's timing as the log summary of its repeats (time per step or per batch: the
-    kind's `figures`); None without a positive one."""
-    figures = [figure for figure in kind.figures(row, timing) if figure is not None and figure > 0]
-    return stats.side(figures) if figures else None
+def timing_figures(kind: Kind, row, timing: str) -> list[float]:
+    """A row's timing's positive repeat figures (time per step or per batch: the kind's
+    `figures`)."""
+    return [figure for figure in kind.figures(row, timing) if figure is not None and figure > 0]
 
 
 def decide(
@@ -246,22 +249,22 @@ def decide(
     alpha: float,
     host: stats.Drift | None = None,
     target: float = 0.10,
+    records: tuple[BenchmarkRun, BenchmarkRun] | None = None,
+    kind_ratio: float = 0.0,
 ) -> judge.Shift | None:
     """The verdicts of the rows with a timing on both sides, judged together
     (dew.bench.analysis.judge: the whole-table shift, each row against it, Holm over both,
-    equivalence for `same`), what each could have detected; then every `faster`/`slower`
-    held against a busy host and, on CPU hosts, the host probe's drift. Returns the
-    shift (None with fewer than judge.MIN_ROWS_FOR_SHIFT rows)."""
+    equivalence for `same`), what each could have detected; a busy host weighed by what it
+    could have done to each side (host_gates.side_bias, from `records`: the run's and the
+    reference's host), then, on CPU hosts, every `faster`/`slower` held against the host
+    probe's drift; `kind_ratio` is the kind's run variance over its process variance
+    (row_noise.scaled_run). Returns the shift (None with fewer than judge.MIN_ROWS_FOR_SHIFT
+    rows)."""
     tested = [row for row in rows if row.sides is not None and row.counts]
     shift = None
     if tested:
-        shift = _judge(tested, band / 100, alpha, target)
+        shift = _judge(tested, band / 100, alpha, target, records, kind_ratio)
     for row in tested:
-        # A change that other work on the host could have made says more about the host
-        # than the stack (the seed: unet 54 ms/step under load against 16.4 idle).
-        busy = busy_explaining(row.run, row.reference, row.verdict)
-        if busy:
-            row.verdict, row.why = "undecided", f"{row.verdict} while {busy}"
         # The gate judges what the verdict judged: with a shift, a row's change against it,
         # which the host's drift (the same on every row) has already left; the shift's own
         # line is gated below. Without one, the row's whole change.
@@ -269,37 +272,42 @@ def decide(
             diff = row.difference
             if not stats.beyond_drift(diff.low, diff.high, diff.ratio, host, band / 100):
                 row.verdict, row.why = "undecided", drift_why(host, diff, band / 100)
-    if shift is not None and shift.word in ("faster", "slower"):
-        busy = [row for row in tested if busy_explaining(row.run, row.reference, shift.word)]
-        explained = host is not None and not stats.beyond_drift(
-            shift.low, shift.high, shift.ratio, host, band / 100)  # fmt: skip
-        if busy or explained:
-            why = (f"the whole run {shift.word} while the host was busy for {len(busy)} rows"
-                   if busy else drift_why(host, shift, band / 100))  # fmt: skip
-            shift = dataclasses.replace(shift, word="undecided", why=why)
+    if shift is not None and shift.word in ("faster", "slower") and host is not None:
+        if not stats.beyond_drift(shift.low, shift.high, shift.ratio, host, band / 100):
+            shift = dataclasses.replace(shift, word="undecided",
+                                        why=drift_why(host, shift, band / 100))  # fmt: skip
     for row in rows:
         if row.why:
             row.notes.append(f"undecided: {row.why}")
     return shift
 
 
-def _judge(tested: list[RowComparison], band: float, alpha: float, target: float):
+def _judge(tested: list[RowComparison], band: float, alpha: float, target: float, records,
+           kind_ratio: float):  # fmt: skip
     """judge.judge_arrays over the rows (one trial), written back into each row."""
     runs, refs = [r.sides[0] for r in tested], [r.sides[1] for r in tested]
     noises = [r.noise for r in tested]
     nan = float("nan")
     n_run = np.array([s.n for s in runs], dtype=float)
     n_ref = np.array([s.n for s in refs], dtype=float)
-    process_var, process_df = judge.moderated(
+    process_var, process_df = row_noise.moderated(
         np.array([nan if s.var is None else s.var for s in runs]), n_run,
         np.array([nan if s.var is None else s.var for s in refs]), n_ref,
         np.array([n.process for n in noises]), np.array([n.process_df for n in noises]),
     )  # fmt: skip
     d = np.array([a.mean - b.mean for a, b in zip(runs, refs, strict=True)])
+    run_bias, ref_bias = biases(tested, records)
+    run_var, run_df, share = row_noise.scaled_run(
+        np.array([n.run**2 for n in noises]),
+        np.array([n.run_df for n in noises]),
+        np.array([n.process**2 for n in noises]),
+        process_var,
+        kind_ratio,
+    )
     out = judge.judge_arrays(
-        d, process_var, process_df, np.array([n.run**2 for n in noises]),
-        np.array([n.run_df for n in noises]), noises[0].shift**2, noises[0].shift_df,
-        n_run, n_ref, band=band, alpha=alpha,
+        d, process_var, process_df, run_var, run_df, noises[0].shift**2, noises[0].shift_df,
+        n_run, n_ref, band=band, alpha=alpha, run_bias=run_bias, ref_bias=ref_bias,
+        decidable=_decidable(noises, n_run, n_ref), run_share=share,
     )  # fmt: skip
     shifted = len(tested) >= judge.MIN_ROWS_FOR_SHIFT
     for k, row in enumerate(tested):
@@ -314,7 +322,14 @@ def _judge(tested: list[RowComparison], band: float, alpha: float, target: float
             row.relative = tuple(math.exp(float(out[key][0, k]))
                                  for key in ("tested", "low", "high"))  # fmt: skip
         row.verdict = judge.WORDS[int(out["word"][0, k])]
-        row.why = _why(row, band) if row.verdict == "undecided" else None
+        held = judge.WORDS[int(out["word_unbiased"][0, k])]
+        row.why = None
+        if row.verdict == "undecided":
+            busy = busy_why(row, held, run_bias[k], ref_bias[k])
+            row.why = busy or _why(row, band)
+            if not noises[k].seen and n_run[k] == n_ref[k] == 1:
+                row.why = ("one process a side of a row no A/A record holds: its noise is not "
+                           "known (more repeats, or A/A records of it, would tell it)")  # fmt: skip
         row.detect, row.rounds = _detectable(
             float(process_var[k]), float(process_df[k]), (int(n_run[k]), int(n_ref[k])),
             float(out["tested_var"][0, k]), float(out["tested_df"][0, k]),
@@ -324,9 +339,22 @@ def _judge(tested: list[RowComparison], band: float, alpha: float, target: float
         return None
     sh = out["shift"]
     p = float(sh["p"][0])
+    word, held = (judge.WORDS[int(sh[key][0])] for key in ("word", "word_unbiased"))
+    why = None
+    if word == "undecided" and held != "undecided":
+        busy = sum(1 for k in range(len(tested)) if run_bias[k] or ref_bias[k])
+        why = (f"the whole run {held} while the host was busy for {busy} rows" if held != "same"
+               else f"the whole run the same but for what the busy host ({busy} rows) could "
+               "have done")  # fmt: skip
     return judge.Shift(math.exp(float(sh["estimate"][0])), math.exp(float(sh["low"][0])),
-                       math.exp(float(sh["high"][0])), None if math.isnan(p) else p,
-                       judge.WORDS[int(sh["word"][0])])  # fmt: skip
+                       math.exp(float(sh["high"][0])), None if math.isnan(p) else p, word,
+                       why)  # fmt: skip
+
+
+def _decidable(noises, n_run, n_ref) -> np.ndarray:
+    """Whether a row's noise is known from something: its history, or its own repeats."""
+    seen = np.array([n.seen for n in noises])
+    return seen | (n_run > 1) | (n_ref > 1)
 
 
 def _one_draw(n_run: float, n_ref: float) -> str | None:
@@ -395,8 +423,11 @@ def compare(
     host, host_line = host_drift(run, reference, run_label, reference_label)
     if host is not None and "cpu" not in map(platform_of, (run, reference)):
         host, host_line = None, "host probe: not a gate between GPU records (it times the CPU)"
-    shift = decide(rows, band, alpha, host, target)
+    pooled = noise.pooled
+    ratio = (pooled.run / pooled.process) ** 2 if pooled.process > 0 else 0.0
+    shift = decide(rows, band, alpha, host, target, (run, reference), ratio)
+    standing_out = outliers.find([r for r in rows if r.counts])
     return Comparison(
         run_label, reference_label, run.kind, band, alpha, stack, unknown, rows, host,
-        host_line, noise, target, shift,
+        host_line, noise, target, shift, standing_out,
     )  # fmt: skip

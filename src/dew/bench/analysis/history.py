@@ -47,7 +47,7 @@ from typing import Annotated
 import numpy as np
 import tyro
 
-from dew.bench.analysis import judge
+from dew.bench.analysis import judge, spread
 from dew.bench.analysis.history_records import (  # noqa: F401  (history's names, read here)
     SKIPPED_DIRS,
     _distinct,
@@ -59,8 +59,8 @@ from dew.bench.analysis.history_records import (  # noqa: F401  (history's names
     read_paths,
     walk,
 )
-from dew.bench.analysis.judge import PRIOR_DF
 from dew.bench.analysis.kinds import KINDS
+from dew.bench.analysis.row_noise import PRIOR_DF
 from dew.bench.analysis.tables import level
 from dew.bench.common import cli, files
 from dew.bench.common.files import REPO_ROOT
@@ -70,6 +70,7 @@ PROG = "python -m dew.bench.analysis.history"
 HISTORY = REPO_ROOT / "results"
 TABLE = HISTORY / "noise.json"
 SUPERSEDED = HISTORY / "superseded.json"
+MOST_DF = 1e6  # a row's degrees of freedom as noise.json holds them (JSON has no inf)
 # --- reading the history -------------------------------------------------------------------
 
 
@@ -176,10 +177,12 @@ def fit_group(members: Sequence[tuple[str, dict]], fit: KindFit) -> None:
     for label in labels:
         fit.rows.setdefault(label, {"process": Estimate(), "run": Estimate()})
     group = Estimate()  # this group's process level: the share its own processes explain
+    processes = {label: Estimate() for label in labels}  # each row's own, in this group
     for (_, label), logs in cells.items():
         if logs.size > 1:
             var = float(np.var(logs, ddof=1))
             group.add(var, logs.size - 1)
+            processes[label].add(var, logs.size - 1)
             fit.process.add(var, logs.size - 1)
             fit.rows[label]["process"].add(var, logs.size - 1)
     records = sorted({r for r, _ in cells})
@@ -211,7 +214,10 @@ def fit_group(members: Sequence[tuple[str, dict]], fit: KindFit) -> None:
             mine = [key for key in residual if key[1] == lab]
             df_k = df_e * len(mine) / len(means)
             ms_k = sum(residual[k] ** 2 for k in mine) / df_k if df_k > 0 else 0.0
-            share_k = process * float(np.mean([inverse_n[k] for k in mine]))
+            # the row's own processes' share: rows 100x apart in noise (a host-bound row
+            # beside a device-bound one) would each be misread by the group's
+            row_process = processes[lab].var if processes[lab].df > 0 else process
+            share_k = row_process * float(np.mean([inverse_n[k] for k in mine]))
             fit.rows[lab]["run"].add(ms_k - share_k, df_k)
         between = float(np.var(list(a.values()), ddof=1))
         within = ms_e * float(np.mean([1 / k for k in per_record]))
@@ -246,16 +252,7 @@ def fit(records: Sequence[tuple[str, dict]], left_out_paths: Collection[str] = (
         if not entry.records:
             continue
         (run, run_df, run_floor), (shift, shift_df, _) = entry.run.level(), entry.shift.level()
-        rows = {}
-        for label, levels in sorted(entry.rows.items()):
-            rows[label] = {
-                "process": _sd(shrink(levels["process"], entry.process)),
-                "process_df": round(levels["process"].df, 2),
-                # shrunk toward the kind's, never below the kind's floor: a row whose own
-                # estimate is negative is not known to have no run level either
-                "run": _sd(max(shrink(levels["run"], Estimate(run, run_df)), run_floor)),
-                "run_df": round(levels["run"].df, 2),
-            }
+        rows, spread_levels = row_levels(entry, run, run_df, run_floor)
         floored = [name for name, part in (("run", entry.run), ("shift", entry.shift))
                    if part.plus.df > 0 and part.level()[0] > part.estimate]  # fmt: skip
         table[kind] = {
@@ -264,6 +261,7 @@ def fit(records: Sequence[tuple[str, dict]], left_out_paths: Collection[str] = (
             "run": _sd(run), "run_df": round(run_df, 2),
             "shift": _sd(shift), "shift_df": round(shift_df, 2),
             "floored": floored,
+            **spread_levels,
             "records": sum(len(group) for group in entry.records),
             "groups": entry.records,
             "rows": rows,
@@ -273,6 +271,50 @@ def fit(records: Sequence[tuple[str, dict]], left_out_paths: Collection[str] = (
     return table
 
 
+def row_levels(entry: KindFit, run: float, run_df: float, run_floor: float):
+    """Each row's levels and the kind's spread of them (dew.bench.analysis.spread): a row's
+    process level is its own shrunk toward its kind's rows as much as they agree; its run
+    level is its own shrunk toward the kind's run level scaled to the row's process level
+    (a row twice as noisy between processes is taken as twice as noisy between runs),
+    never below the kind's floor scaled alike. Returns (rows, the kind's spread fields:
+    `rows_process` and `rows_df`, the prior an unseen row starts from, and `run_ratio`)."""
+    labels = sorted(entry.rows)
+    own = np.array([entry.rows[label]["process"].var for label in labels])
+    own_df = np.array([entry.rows[label]["process"].df for label in labels])
+    s0, d0 = (float(x) for x in spread.fit_spread(own, own_df))
+    posterior, posterior_df = spread.posterior(own, own_df, s0, d0)
+    ratio = run / entry.process.var if entry.process.var > 0 else 1.0
+    scale = posterior / entry.process.var if entry.process.var > 0 else np.ones(len(labels))
+    runs = row_run(np.array([entry.rows[label]["run"].var for label in labels]),
+                   np.array([entry.rows[label]["run"].df for label in labels]), run * scale,
+                   run_df, run_floor * scale)  # fmt: skip
+    rows = {}
+    for k, label in enumerate(labels):
+        rows[label] = {
+            "process": _sd(float(posterior[k])),
+            "process_df": round(min(float(posterior_df[k]), MOST_DF), 2),
+            "run": _sd(float(runs[k])),
+            "run_df": round(entry.rows[label]["run"].df, 2),
+        }
+    fields = {"rows_process": _sd(s0), "rows_df": None if math.isinf(d0) else round(d0, 2),
+              "run_ratio": round(ratio, 5)}  # fmt: skip
+    return rows, fields
+
+
+def row_run(own, own_df, location, location_df, floor):
+    """A row's run variance: its own estimate (own_df degrees of freedom; negative when its
+    records agree better than their processes explain) shrunk toward `location` (worth
+    min(PRIOR_DF, location_df)), never below `floor`: a row whose own estimate is negative
+    is not known to have no run level either. Vectorized (the calibration's twin of fit)."""
+    own, own_df, location = (np.asarray(x, dtype=float) for x in (own, own_df, location))
+    weight = np.minimum(PRIOR_DF, location_df)
+    total = weight + own_df
+    with np.errstate(invalid="ignore", divide="ignore"):
+        shrunk = np.where(total > 0, (weight * np.maximum(location, 0.0) + own_df * own) / total,
+                          0.0)  # fmt: skip
+    return np.maximum(shrunk, floor)
+
+
 def superseded(path: Path) -> dict[str, str]:
     """The records results/superseded.json lists, each with its reason's name: kept
     (compare and the site read them), but no longer their kind's noise
@@ -280,14 +322,6 @@ def superseded(path: Path) -> dict[str, str]:
     from dew.bench.analysis.history_scope import read_superseded
 
     return dict(read_superseded(path).records)
-
-
-def shrink(own: Estimate, kind: Estimate) -> float:
-    """A row's variance shrunk toward its kind's (the kind worth PRIOR_DF df)."""
-    weight = min(PRIOR_DF, kind.df)
-    if own.df + weight <= 0:
-        return 0.0
-    return (weight * max(0.0, kind.var) + own.df * own.var) / (weight + own.df)
 
 
 def _sd(var: float) -> float:

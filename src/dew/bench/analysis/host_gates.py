@@ -1,9 +1,17 @@
 """The host's gates on a change: the host probe's drift between two records, and a busy
-host during a side's repeats. A change either explains is `undecided`
-(dew.bench.analysis.comparison applies them; the probe times the CPU, so its drift gates
-only comparisons of CPU records)."""
+host during a side's repeats. A change the drift explains is `undecided`; a busy side is
+weighed by what the host could have done to the row (repeat_bias: what the other work can
+take from the row's own work on a host of that size, times the share of the step that is
+the host's), a bound the judge widens the
+row's and the shift's intervals by (dew.bench.analysis.comparison applies them; the probe
+times the CPU, so its drift gates only comparisons of CPU records)."""
 
 from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
 
 from dew.bench.analysis import stats
 from dew.bench.record.schema import BenchmarkRun, DataRow, Record, StepRow
@@ -67,24 +75,111 @@ def host_drift(
     return host, line
 
 
-def busy_line(row: StepRow | DataRow | Record, side: str) -> str:
-    """`the host was busy for k of n repeats (side)`, or "" when it never was."""
+# --- a busy host: how much slower it could have made a side --------------------------------
+
+# A busy reading as the idle check words it (dew.bench.runtime.idle): a record made before
+# repeats kept the load as a number says it only here.
+_USED = re.compile(r"used (\d+(?:\.\d+)?)% of a core")
+
+
+def repeat_load(repeat) -> float | None:
+    """The CPU other processes used when the repeat's host was found busy, in cores; None
+    when the reading does not bound it (a busy card, processes left unnamed)."""
+    reason = repeat.host_busy
+    if "GPU" in reason:  # a card's other work is no share of the host's cores
+        return None
+    if getattr(repeat, "host_load_cores", None) is not None:
+        return repeat.host_load_cores
+    if "more busy processes" in reason:
+        return None
+    found = _USED.findall(reason)
+    return sum(float(x) for x in found) / 100 if found else None
+
+
+def host_share(repeat, device_is_host: bool) -> float:
+    """How much of a repeat's time is the host's, 0-1: the host's time to issue one step over
+    the step's (a device-bound step is issued well ahead of the device); 1 where the device
+    is the host's own cores, or the issue time was not measured."""
+    host_ms = getattr(repeat, "host_ms", None)
+    ms = getattr(repeat, "ms_per_step", None)
+    if device_is_host or host_ms is None or not ms:
+        return 1.0
+    return min(1.0, host_ms / ms)
+
+
+def repeat_bias(repeat, cores: int | None, device_is_host: bool) -> float:
+    """How much slower (log scale) than its stack a repeat may have read because the host was
+    busy: log(1 + share · s), share the part of the step that is the host's (host_share)
+    and s what other work of L cores could take from it on a host of C. Where it and the
+    row's own process (u cores: measured over its window; all C where the device is the
+    host, one, the dispatch thread, where a record did not measure it) fit in the host,
+    the scheduler keeps them apart and the other work takes at most its share of what they
+    share, L/C; where they do not, a thread of the row may share a core with it and lose
+    as much as the overflow, L + u - C, up to all of L (and never more than all of one
+    core). 0 for a repeat the idle check found quiet (what a quiet host does is the
+    records' noise); inf where the reading does not bound it."""
+    if not getattr(repeat, "host_busy", None):
+        return 0.0
+    load = repeat_load(repeat)
+    if load is None or not cores:
+        return math.inf
+    used = getattr(repeat, "host_cores", None)
+    if used is None:
+        used = cores if device_is_host else 1.0
+    overflow = min(1.0, load, max(0.0, load + used - cores))
+    return math.log1p(host_share(repeat, device_is_host) * max(load / cores, overflow))
+
+
+def side_bias(row, record: BenchmarkRun) -> float:
+    """The bound repeat_bias gives a row's figure (the mean of its repeats' logs): the mean
+    of its repeats' bounds."""
     repeats = getattr(row, "repeats", None) or []
-    busy = sum(1 for repeat in repeats if getattr(repeat, "host_busy", None))
-    return f"the host was busy for {busy} of {len(repeats)} {side} repeats" if busy else ""
+    if not repeats:
+        return 0.0
+    host = record.environment.host
+    devices = record.environment.devices
+    device_is_host = record.kind != "step" or devices is None or devices.platform == "cpu"
+    cores = host.logical_cores if host is not None else None
+    return sum(repeat_bias(r, cores, device_is_host) for r in repeats) / len(repeats)
 
 
-def busy_explaining(
-    run: StepRow | DataRow | Record, reference: StepRow | DataRow | Record, word: str
-) -> str:
-    """The busy side that could have made a row read `word`, as busy_line says it, or "".
+def busy_line(row: StepRow | DataRow | Record, side: str, bias: float | None = None) -> str:
+    """`the host was busy for k of n repeats (side)`, with what it could have done to the
+    row, or "" when it never was."""
+    repeats = getattr(row, "repeats", None) or []
+    busy = [repeat for repeat in repeats if getattr(repeat, "host_busy", None)]
+    if not busy:
+        return ""
+    line = (
+        f"the host was busy for {len(busy)} of {len(repeats)} {side} repeats ({busy[0].host_busy})"
+    )
+    if bias is None:
+        return line
+    reach = "by an amount its reading does not bound" if math.isinf(bias) else (
+        f"at most {math.expm1(bias):.2%} slower")  # fmt: skip
+    return f"{line}: it could have read {reach}"
 
-    Other work on the host only takes time from the side it ran beside: a busy run can
-    read slower than its stack is, a busy reference can make the run read faster. So a
-    `slower` is held against the run's repeats, a `faster` against the reference's; a
-    busy reference under a `slower` only narrows what was shown, and it stands."""
-    if word == "slower":
-        return busy_line(run, "run")
-    if word == "faster":
-        return busy_line(reference, "ref")
-    return ""
+
+def biases(tested, records) -> tuple[np.ndarray, np.ndarray]:
+    """Per compared row (dew.bench.analysis.comparison.RowComparison) how much slower its
+    run and its reference may have read than their stacks because their host was busy
+    (side_bias, from `records`: the run's and the reference's; none without them)."""
+    if records is None:
+        return np.zeros(len(tested)), np.zeros(len(tested))
+    return tuple(np.array([side_bias(getattr(row, which), record) for row in tested])
+                 for which, record in zip(("run", "reference"), records, strict=True))  # fmt: skip
+
+
+def busy_why(row, held: str, run_bias: float, ref_bias: float) -> str | None:
+    """Why a row the busy host's bound made undecided would have read `held` otherwise (None:
+    the bound changed nothing), naming the busy side and what it could have done."""
+    if held == "undecided":
+        return None
+    lines = [line for line in (busy_line(row.run, "run", run_bias if run_bias else None),
+                               busy_line(row.reference, "ref", ref_bias if ref_bias else None))
+             if line]  # fmt: skip
+    if not lines:
+        return (
+            f"{held} but for the host: another row's busy side moves the shift it is judged against"
+        )
+    return f"{held} while " + "; ".join(lines)

@@ -6,10 +6,11 @@ a shift `s` the whole record shares (the host, the card, the day), a row's own r
 `b`, and the process level `e` (a fresh compile each). For each row, d = the difference of
 the two sides' mean logs.
 
-- **Process variance, moderated**: the two sides' repeats pooled, then shrunk toward the
-  noise's process level as a prior worth PRIOR_DF degrees of freedom (limma's moderated
-  variance), so three repeats whose spread happens to be small are not believed alone;
-  a side of one process adds no degrees of freedom and takes the same variance.
+- **Process variance, moderated** (dew.bench.analysis.row_noise): the two sides' repeats
+  pooled, then shrunk toward the row's process level as a prior (limma's moderated
+  variance), so three repeats whose spread happens to be small are not believed alone,
+  and never narrower than the repeats show; a side of one process adds no degrees of
+  freedom and takes the same variance; the row's run level moved with it.
 - **The shift**: with MIN_ROWS_FOR_SHIFT rows or more, the median of the rows' d. Its
   variance is the shared run level on both records (2·σ_shift²) and the median's own
   noise; it is judged as a line of its own ("the whole run is 6% slower").
@@ -18,9 +19,9 @@ the two sides' mean logs.
   shared level added.
 - **Tests**: the shift and every row together under Holm-Bonferroni. `faster`/`slower`
   when the 95% interval lies wholly beyond the band and the Holm p is under alpha.
-- **Equivalence**: a row is `same` when the 90% interval of its whole change d (the shared
-  level included) lies inside the band: two one-sided tests at alpha (TOST). Every row must
-  show it for REPRODUCED (an intersection-union test: no correction needed).
+- **Equivalence**: a row is `same` when the 1 − 2·alpha (90%) interval of its whole change d
+  (the shared level included) lies inside the band: two one-sided tests at alpha (TOST).
+  Every row must show it for REPRODUCED (an intersection-union test: no correction needed).
 - **Outcome**: NOT REPRODUCED when the shift or some row is faster or slower (or a row that
   ran in the reference fails now); REPRODUCED when every comparable row is the same;
   INCONCLUSIVE otherwise, never a success.
@@ -43,16 +44,15 @@ import math
 
 import numpy as np
 
+from dew.bench.analysis.row_noise import median_variance
 from dew.bench.analysis.stats import CONFIDENCE
-
-PRIOR_DF = 20.0  # what the noise's process level is worth against a row's own repeats
+from dew.bench.analysis.tables import level
 
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "REPRODUCED", "NOT REPRODUCED", "INCONCLUSIVE"
 EXIT_CODES = {REPRODUCED: 0, NOT_REPRODUCED: 1, INCONCLUSIVE: 3}  # 2: bad input
 UNDECIDED, SAME, FASTER, SLOWER = 0, 1, 2, 3
 WORDS = ("undecided", "same", "faster", "slower")
 MIN_ROWS_FOR_SHIFT = 3
-MEDIAN_EFFICIENCY = math.pi / 2  # the variance of a median over that of a mean, at most
 EQUIVALENCE = 0.90  # TOST at alpha 0.05: the 90% interval inside the band
 BANDS = {"gpu": 0.02, "cpu": 0.05}  # the relevance floor per device kind (a fraction)
 
@@ -102,20 +102,6 @@ def component(plus, plus_df, minus, minus_df) -> tuple[np.ndarray, np.ndarray, n
     return var, df, floor
 
 
-def moderated(run_var, run_n, ref_var, ref_n, prior: float, prior_df: float):
-    """The process variance per process: the two sides' repeats pooled and shrunk toward
-    the prior (worth min(PRIOR_DF, prior_df) df); and its degrees of freedom."""
-    run_n, ref_n = np.asarray(run_n, dtype=float), np.asarray(ref_n, dtype=float)
-    ss = np.where(run_n > 1, np.nan_to_num(np.asarray(run_var, dtype=float)) * (run_n - 1), 0.0)
-    ss = ss + np.where(ref_n > 1, np.nan_to_num(np.asarray(ref_var, dtype=float)) * (ref_n - 1),
-                       0.0)  # fmt: skip
-    own = np.maximum(run_n - 1, 0) + np.maximum(ref_n - 1, 0)
-    d0 = np.minimum(PRIOR_DF, prior_df)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        var = np.where(d0 + own > 0, (d0 * np.asarray(prior) ** 2 + ss) / (d0 + own), 0.0)
-    return var, d0 + own
-
-
 def holm(p: np.ndarray) -> np.ndarray:
     """Holm-Bonferroni adjusted p-values along the last axis (NaN: not tested)."""
     p = np.asarray(p, dtype=float)
@@ -131,25 +117,34 @@ def holm(p: np.ndarray) -> np.ndarray:
     return out
 
 
-def _test(estimate, var, df):
-    """The 95% interval and two-sided p of an estimate with its variance and df."""
+def _test(estimate, var, df, down=0.0, up=0.0):
+    """The 95% interval and two-sided p of an estimate with its variance and df; `down` and
+    `up` (>= 0, may be inf) bound a bias the noise does not hold (a busy host: the truth may
+    lie that much lower or higher): the interval is widened by them and p is taken at the
+    estimate moved that far toward 0."""
     from scipy import stats as scipy_stats
 
     se = np.sqrt(var)
     half = np.where(se > 0, _t(0.5 + CONFIDENCE / 2, df) * se, 0.0)
+    with np.errstate(invalid="ignore"):
+        nearest = np.where(estimate > 0, np.maximum(estimate - down, 0.0),
+                           np.minimum(estimate + up, 0.0))  # fmt: skip
     with np.errstate(invalid="ignore", divide="ignore"):
         p = np.where(
             se > 0,
-            2 * scipy_stats.t.sf(np.abs(estimate) / se, np.where(np.isfinite(df), df, 1e9)),
+            2 * scipy_stats.t.sf(np.abs(nearest) / se, np.where(np.isfinite(df), df, 1e9)),
             # No noise at all (a history whose every level is 0): the change is exact.
-            np.where(np.asarray(estimate) == 0, 1.0, 0.0),
+            np.where(nearest == 0, 1.0, 0.0),
         )
-    return estimate - half, estimate + half, p
+    return estimate - half - down, estimate + half + up, p
 
 
-def _inside(estimate, var, df, limit):
-    """The equivalence test (TOST at alpha 0.05): the EQUIVALENCE interval inside ±limit."""
-    return (np.abs(estimate) + _t(0.5 + EQUIVALENCE / 2, df) * np.sqrt(var)) < limit
+def _inside(estimate, var, df, limit, alpha, down=0.0, up=0.0):
+    """The equivalence test (TOST at `alpha`: the 1 - 2·alpha interval, widened by the bias
+    bounds as in _test) inside ±limit."""
+    half = _t(1 - alpha, df) * np.sqrt(var)
+    with np.errstate(invalid="ignore"):
+        return (estimate - half - down > -limit) & (estimate + half + up < limit)
 
 
 def _word(low, high, p_adjusted, alpha, limit):
@@ -157,21 +152,55 @@ def _word(low, high, p_adjusted, alpha, limit):
     return np.where(changed, np.where(low > 0, SLOWER, FASTER), UNDECIDED)
 
 
+def _median_bounds(d, run_bias, ref_bias):
+    """How far the median of the rows' d may lie below and above the one measured when each
+    row's run could read up to run_bias slower and its reference up to ref_bias slower than
+    their stacks are (the median is monotone in every row): (down, up), per trial."""
+    middle = np.median(d, axis=1)
+    with np.errstate(invalid="ignore"):
+        down = middle - np.median(d - run_bias, axis=1)
+        up = np.median(d + ref_bias, axis=1) - middle
+    return np.where(np.isnan(down), np.inf, down), np.where(np.isnan(up), np.inf, up)
+
+
 def judge_arrays(d, process_var, process_df, run_var, run_df, shift_var, shift_df, n_run,
-                 n_ref, *, band: float, alpha: float) -> dict[str, np.ndarray]:  # fmt: skip
+                 n_ref, *, band: float, alpha: float, run_bias=0.0, ref_bias=0.0,
+                 decidable=True, run_share=0.0) -> dict[str, np.ndarray]:  # fmt: skip
     """The verdicts of [trials, rows] comparisons. `process_var` is per process (moderated),
     `run_var` the row's own run level σ_b², `shift_var` the shared σ_s² (variances, not
-    doubled: two records carry each twice). Returns per row `word`, `total` (d and its
-    low/high), `tested` (the relative change judged and its low/high/p), `p_holm`; per
-    trial the `shift` (estimate, low, high, p, word; NaN without one) and `outcome`
-    (0 REPRODUCED, 1 NOT REPRODUCED, 3 INCONCLUSIVE)."""
+    doubled: two records carry each twice); `run_share` (scaled_run's) adds run_share ·
+    process_var as a row's run level, with the process term's df.
+
+    `run_bias` / `ref_bias` (log scale, >= 0, inf: unbounded) bound how much slower than
+    its stack a row's run / reference may have read (a busy host:
+    dew.bench.analysis.host_gates): every interval that holds the row, and the shift
+    through the median, is widened by what they allow, so a busy side never makes a change
+    or a `same` the host could have made. A row not `decidable` (its noise known from
+    nothing: no history of its own and one process a side) is `undecided`, its d still in
+    the shift.
+
+    Returns per row `word`, `total` (d and its low/high), `tested` (the relative change
+    judged and its low/high/p), `p_holm`, and `word_unbiased` (the words with no bias:
+    what the busy side held back); per trial the `shift` (estimate, low, high, p, word,
+    word_unbiased; NaN without one) and `outcome` (0 REPRODUCED, 1 NOT REPRODUCED, 3
+    INCONCLUSIVE). The intervals returned are the noise's alone, as the table shows them;
+    the words and p come from the widened ones."""
     d = np.atleast_2d(np.asarray(d, dtype=float))
     trials, rows = d.shape
     limit = math.log1p(band)
+    run_bias = np.broadcast_to(np.asarray(run_bias, dtype=float), d.shape)
+    ref_bias = np.broadcast_to(np.asarray(ref_bias, dtype=float), d.shape)
     shift_df = np.asarray(shift_df, dtype=float).reshape(-1, 1) if np.ndim(shift_df) else shift_df
-    process = np.broadcast_to(process_var * (1 / np.asarray(n_run) + 1 / np.asarray(n_ref)),
-                              d.shape)  # fmt: skip
-    own, own_df = welch((process, np.broadcast_to(process_df, d.shape)),
+    # a run level that moves with the process level (scaled_run) is part of its term, which
+    # then rests on the ratio's df too (the delta method's df of a product of estimates)
+    inverse_n = 1 / np.asarray(n_run) + 1 / np.asarray(n_ref)
+    process = np.broadcast_to(process_var * (inverse_n + 2 * np.asarray(run_share)), d.shape)
+    moved = 2 * np.asarray(run_share) / (inverse_n + 2 * np.asarray(run_share))
+    with np.errstate(divide="ignore"):
+        moved_df = np.broadcast_to(1 / (1 / np.asarray(process_df, dtype=float)
+                                        + moved**2 / np.asarray(run_df, dtype=float)),
+                                   d.shape)  # fmt: skip
+    own, own_df = welch((process, moved_df),
                         (np.broadcast_to(2 * np.asarray(run_var), d.shape),
                          np.broadcast_to(run_df, d.shape)))  # fmt: skip
     shared = np.broadcast_to(
@@ -183,44 +212,64 @@ def judge_arrays(d, process_var, process_df, run_var, run_df, shift_var, shift_d
     total_var, total_df = welch((own, own_df), (np.broadcast_to(shared, d.shape),
                                                 np.broadcast_to(shift_df, d.shape)))  # fmt: skip
     nan = np.full(trials, np.nan)
-    shift = {"estimate": nan, "low": nan, "high": nan, "p": nan, "word": np.full(trials, -1)}
+    shift = {"estimate": nan, "low": nan, "high": nan, "p": nan, "word": np.full(trials, -1),
+             "word_unbiased": np.full(trials, -1)}  # fmt: skip
+    no_bias = np.zeros(d.shape)
     if rows >= MIN_ROWS_FOR_SHIFT:
         middle = np.median(d, axis=1)
-        median_var, median_df = welch(*((MEDIAN_EFFICIENCY * own[:, k] / rows**2,
-                                         own_df[:, k]) for k in range(rows)))  # fmt: skip
+        median_var, median_df = median_variance(own, own_df)
         s_var, s_df = welch((shared[:, 0], np.broadcast_to(np.ravel(shift_df)
                                                            if np.ndim(shift_df) else shift_df,
                                                            (trials,))),
                             (median_var, median_df))  # fmt: skip
-        s_low, s_high, s_p = _test(middle, s_var, s_df)
+        s_down, s_up = _median_bounds(d, run_bias, ref_bias)
         tested = d - middle[:, None]
         tested_var, tested_df = welch((own, own_df), (np.broadcast_to(median_var[:, None],
                                                                       d.shape),
                                                       np.broadcast_to(median_df[:, None],
                                                                       d.shape)))  # fmt: skip
-        low, high, p = _test(tested, tested_var, tested_df)
-        adjusted = holm(np.concatenate([s_p[:, None], p], axis=1))
-        s_adjusted, p_adjusted = adjusted[:, 0], adjusted[:, 1:]
-        s_word = _word(s_low, s_high, s_adjusted, alpha, limit)
-        s_same = _inside(middle, s_var, s_df, limit)
-        shift = {"estimate": middle, "low": s_low, "high": s_high, "p": s_adjusted,
-                 "word": np.where(s_word == UNDECIDED, np.where(s_same, SAME, UNDECIDED),
-                                  s_word)}  # fmt: skip
+
+        def words(s_bias, bias):
+            s_low, s_high, s_p = _test(middle, s_var, s_df, *s_bias)
+            low, high, p = _test(tested, tested_var, tested_df, *bias)
+            adjusted = holm(np.concatenate([s_p[:, None], p], axis=1))
+            s_word = _word(s_low, s_high, adjusted[:, 0], alpha, limit)
+            s_same = _inside(middle, s_var, s_df, limit, alpha, *s_bias)
+            s_word = np.where(s_word == UNDECIDED, np.where(s_same, SAME, UNDECIDED), s_word)
+            return (s_low, s_high, adjusted[:, 0], s_word), (low, high, adjusted[:, 1:])
+
+        # a row's change against the shift is wrong by its own sides' bias and the
+        # median's: a busy side on other rows moves the shift it is judged against
+        (_, _, s_p, s_word), (low, high, p_adjusted) = words(
+            (s_down, s_up), (run_bias + s_up[:, None], ref_bias + s_down[:, None])
+        )
+        (s_low, s_high, _, s_unbiased), (u_low, u_high, u_p) = words((0.0, 0.0), (no_bias, no_bias))
+        shift = {"estimate": middle, "low": s_low, "high": s_high, "p": s_p, "word": s_word,
+                 "word_unbiased": s_unbiased}  # fmt: skip
     else:
         tested = d
-        low, high, p = _test(d, total_var, total_df)
+        low, high, p = _test(d, total_var, total_df, run_bias, ref_bias)
         p_adjusted = holm(p)
+        u_low, u_high, u_p = _test(d, total_var, total_df)
+        u_p = holm(u_p)
+    total = (d, total_var, total_df, limit, alpha)
     word = _word(low, high, p_adjusted, alpha, limit)
-    same = _inside(d, total_var, total_df, limit)
-    word = np.where(word == UNDECIDED, np.where(same, SAME, UNDECIDED), word)
+    inside = _inside(*total, run_bias, ref_bias)
+    word = np.where(word == UNDECIDED, np.where(inside, SAME, UNDECIDED), word)
+    unbiased = _word(u_low, u_high, u_p, alpha, limit)
+    unbiased = np.where(unbiased == UNDECIDED, np.where(_inside(*total), SAME, UNDECIDED),
+                        unbiased)  # fmt: skip
+    word = np.where(decidable, word, UNDECIDED)
+    unbiased = np.where(decidable, unbiased, UNDECIDED)
     changed = np.any((word == FASTER) | (word == SLOWER), axis=1)
     changed |= np.isin(shift["word"], (FASTER, SLOWER))
     all_same = np.all(word == SAME, axis=1)
     outcome = np.where(changed, 1, np.where(all_same, 0, 3))
     t_low, t_high, _ = _test(d, total_var, total_df)
-    return {"word": word, "d": d, "total_low": t_low, "total_high": t_high,
-            "total_var": total_var, "total_df": total_df, "tested": tested, "low": low,
-            "high": high, "tested_var": tested_var if rows >= MIN_ROWS_FOR_SHIFT else total_var,
+    return {"word": word, "word_unbiased": unbiased, "d": d, "total_low": t_low,
+            "total_high": t_high, "total_var": total_var, "total_df": total_df,
+            "tested": tested, "low": u_low, "high": u_high,
+            "tested_var": tested_var if rows >= MIN_ROWS_FOR_SHIFT else total_var,
             "tested_df": tested_df if rows >= MIN_ROWS_FOR_SHIFT else total_df,
             "p_holm": p_adjusted, "shift": shift, "outcome": outcome}  # fmt: skip
 
@@ -249,7 +298,7 @@ def paired_arrays(logs, *, band: float, alpha: float) -> dict[str, np.ndarray]:
     low, high = np.where(rounds > 1, low, mean), np.where(rounds > 1, high, mean)
     p_adjusted = holm(p)
     word = np.where(tested, _word(low, high, p_adjusted, alpha, limit), UNDECIDED)
-    same = tested & _inside(mean, np.nan_to_num(var), df, limit)
+    same = tested & _inside(mean, np.nan_to_num(var), df, limit, alpha)
     word = np.where(word == UNDECIDED, np.where(same, SAME, UNDECIDED), word)
     changed = np.any((word == FASTER) | (word == SLOWER), axis=1)
     outcome = np.where(changed, 1, np.where(np.all(word == SAME, axis=1), 0, 3))
@@ -322,5 +371,5 @@ class Shift:
         }[self.word]  # fmt: skip
         return (f"the whole run is {size} (the median of the rows' ratios, "
                 f"{self.ratio:.3f} [{self.low:.3f}, {self.high:.3f}]): {where} the band and "
-                f"this host's run-to-run shift ({shift_level:.1%}); shift {self.word}"
+                f"this host's run-to-run shift ({level(shift_level)}); shift {self.word}"
                 + (f" ({self.why})" if self.why else ""))  # fmt: skip

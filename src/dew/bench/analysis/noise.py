@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from dew.bench.analysis import history
+from dew.bench.analysis import history, spread
 from dew.bench.analysis.tables import level
 
 # A kind without history: weak priors of its platform, worth PRIOR_PSEUDO_DF degrees of
@@ -52,6 +52,7 @@ class Noise:
     shift: float
     shift_df: float
     source: str
+    seen: bool = True  # False: a row the history does not hold (its kind's typical level)
 
 
 def prior(platform_name: str | None, kind: str | None) -> Noise:
@@ -71,9 +72,10 @@ class NoiseModel:
     pooled: Noise
     rows: dict[str, Noise]
     source: str
+    unseen: Noise | None = None  # a row the history does not hold; None: the pooled levels
 
     def for_row(self, label: str) -> Noise:
-        return self.rows.get(label, self.pooled)
+        return self.rows.get(label, self.unseen or self.pooled)
 
 
 def model_for(kind: str | None, platform_name: str | None, table: dict) -> NoiseModel:
@@ -109,12 +111,28 @@ def model_for(kind: str | None, platform_name: str | None, table: dict) -> Noise
         source += f"; {left_out.words(kind)}"
     pooled = Noise(*fitted_or_prior(entry["process"], entry["process_df"], fallback.process), *run,
                    *shift, source)  # fmt: skip
+    # each row at its own level: its history's, shrunk toward its kind's rows as far as they
+    # agree (history.row_levels), worth that many degrees of freedom
     rows = {
-        label: Noise(row["process"], pooled.process_df, pooled.run if confounded else row["run"],
+        label: Noise(row["process"], row["process_df"] if "rows_process" in entry
+                     else pooled.process_df, pooled.run if confounded else row["run"],
                      pooled.run_df, *shift, source)
         for label, row in entry["rows"].items()
     }  # fmt: skip
-    return NoiseModel(pooled, rows, source)
+    unseen = None
+    if "rows_process" in entry:
+        typical = entry["rows_process"] or pooled.process
+        # its run level the kind's share of its process level (row_noise.scaled_run moves it
+        # with the row's own repeats)
+        run_level = pooled.run if confounded else math.sqrt(entry["run_ratio"]) * typical
+        unseen = Noise(typical, spread.UNSEEN_DF, run_level, pooled.run_df, *shift, source,
+                       seen=False)  # fmt: skip
+        source += (
+            f"; a row without A/A history of its own: its kind's typical process level "
+            f"{level(typical)} worth {spread.UNSEEN_DF:g} df against its repeats"
+        )
+        pooled, unseen = (dataclasses.replace(n, source=source) for n in (pooled, unseen))
+    return NoiseModel(pooled, rows, source, unseen)
 
 
 def auto_noise(kind: str | None, platform_name: str | None):
