@@ -25,14 +25,22 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-from dew.bench.analysis import comparison, history, judge, noise, stats
+from dew.bench.analysis import comparison, history, history_scope, judge, noise, stats
+from dew.bench.analysis.simulate import (
+    ALPHA,
+    HISTORY_REPEATS,
+    SIM_SEED,
+    Busy,
+    Cell,
+    Regime,
+    simulate,
+)
 from dew.bench.analysis.tables import level
 from dew.bench.common import cli, files
 from dew.bench.record.validate import load
@@ -69,26 +77,9 @@ def render_row_coverage(trials: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-# --- comparisons of known truth (dew.bench.analysis.judge) ------------------------------
+# --- comparisons of known truth (dew.bench.analysis.simulate) -------------------------
 
-SIM_SEED = 20261204
-ALPHA = 0.05
 ROWS = 4  # a smoke preset's rows, in the history and in each comparison
-HISTORY_REPEATS = 3
-
-
-@dataclasses.dataclass(frozen=True)
-class Regime:
-    """True levels (standard deviations of the log figure) and the device kind's band."""
-
-    name: str
-    process: float
-    run: float
-    shift: float
-    band: float
-    family: str  # the prior of a kind without history (noise.PRIORS)
-
-
 REGIMES = (
     Regime("CPU VM", 0.15, 0.03, 0.12, 0.05, "cpu"),  # this VM's history: 16% / 0 / 13%
     Regime("GPU", 0.015, 0.007, 0.007, 0.02, "gpu"),
@@ -98,93 +89,7 @@ REGIMES = (
 )
 HISTORIES = (0, 2, 3, 5, 8)  # A/A records in the kind's history (0: its platform's prior)
 DESIGNS = (("3 vs 3", 3, 3), ("1 vs 1", 1, 1))  # two records, repeats a side
-ROUNDS = 5  # `dew ab`'s interleaved rounds: paired, no history
 CHANGES = (0.0, 0.05, 0.10, 0.30)  # one row slower by this much
-
-
-@dataclasses.dataclass(frozen=True)
-class Cell:
-    regime: str
-    history: int | None  # A/A records behind the levels; None: interleaved rounds
-    design: str
-    change: float
-    not_reproduced: float
-    reproduced: float
-    power: float | None  # the changed row called slower
-
-
-def history_levels(rng, regime: Regime, records: int, trials: int) -> dict[str, np.ndarray]:
-    """The levels a history of `records` A/A records (ROWS rows of HISTORY_REPEATS repeats)
-    gives, per trial: the mean squares dew.bench.analysis.history fits (balanced here, where
-    its additive fit is the rows' and records' means), read by judge.component; with none,
-    the platform's prior (noise.prior) as compare takes it."""
-    if records == 0:
-        prior = noise.prior(regime.family, None)
-        return {name: np.full(trials, value) for name, value in (
-            ("process", prior.process**2), ("process_df", prior.process_df),
-            ("run", prior.run**2), ("run_df", prior.run_df), ("shift", prior.shift**2),
-            ("shift_df", prior.shift_df))}  # fmt: skip
-    n, k = HISTORY_REPEATS, ROWS
-    logs = (rng.normal(0, regime.shift, (trials, records, 1, 1))
-            + rng.normal(0, regime.run, (trials, records, k, 1))
-            + rng.normal(0, regime.process, (trials, records, k, n)))  # fmt: skip
-    process, process_df = np.var(logs, axis=-1, ddof=1).mean(axis=(1, 2)), records * k * (n - 1)
-    means = logs.mean(axis=-1)
-    a = means.mean(axis=2, keepdims=True) - means.mean(axis=(1, 2), keepdims=True)
-    residual = means - a - means.mean(axis=1, keepdims=True)
-    df_e = (records - 1) * (k - 1)
-    ms_e = np.sum(residual**2, axis=(1, 2)) / df_e
-    run, run_df, _ = judge.component(ms_e, df_e, process / n, process_df)
-    between = np.var(a[:, :, 0], axis=1, ddof=1)
-    shift, shift_df, _ = judge.component(between, records - 1, ms_e / k, df_e)
-    return {"process": process, "process_df": np.full(trials, float(process_df)), "run": run,
-            "run_df": run_df, "shift": shift, "shift_df": shift_df}  # fmt: skip
-
-
-def _outcomes(out: dict, change: float, trials: int) -> tuple[float, float, float | None]:
-    outcome = out["outcome"]
-    power = float(np.mean(out["word"][:, 0] == judge.SLOWER)) if change else None
-    return float(np.mean(outcome == 1)), float(np.mean(outcome == 0)), power
-
-
-def simulate(regime: Regime, records: int | None, design: tuple | None, change: float, *,
-             trials: int, seed: int = SIM_SEED) -> Cell:  # fmt: skip
-    """One cell: `trials` comparisons of ROWS rows, the first `change` slower, judged as the
-    commands judge them: two records at the levels a history of `records` A/A records
-    gives (judge.moderated and judge.judge_arrays, compare's path), or ROUNDS interleaved
-    rounds (design None: judge.paired_arrays, ab's path)."""
-    repeats = design[1:] if design else (0, 0)
-    rng = np.random.default_rng([seed, int(regime.process * 1e4), int(regime.run * 1e4),
-                                 int(regime.shift * 1e4), records or 0, *repeats,
-                                 int(change * 100)])  # fmt: skip
-    truth = np.zeros(ROWS)
-    truth[0] = math.log1p(change)
-    if design is None:  # a round's ratio: two processes, the run levels cancel
-        logs = truth[:, None] + rng.normal(0, regime.process * math.sqrt(2),
-                                           (trials, ROWS, ROUNDS))  # fmt: skip
-        out = judge.paired_arrays(logs, band=regime.band, alpha=ALPHA)
-        return Cell(regime.name, None, f"{ROUNDS} rounds (dew ab)", change,
-                    *_outcomes(out, change, trials))  # fmt: skip
-    name, n_run, n_ref = design
-    levels = history_levels(rng, regime, records, trials)
-    shape = (trials, ROWS)
-
-    def side(n: int):
-        mean = rng.normal(0, regime.shift, (trials, 1)) + rng.normal(0, regime.run, shape)
-        mean = mean + rng.normal(0, regime.process / math.sqrt(n), shape)
-        var = regime.process**2 * rng.chisquare(n - 1, shape) / (n - 1) if n > 1 else None
-        return mean, var
-
-    (a, va), (b, vb) = side(n_run), side(n_ref)
-    nan = np.full(shape, np.nan)
-    process_var, process_df = judge.moderated(
-        nan if va is None else va, n_run, nan if vb is None else vb, n_ref,
-        np.sqrt(levels["process"])[:, None], levels["process_df"][:, None])  # fmt: skip
-    out = judge.judge_arrays(
-        a - b + truth, process_var, process_df, levels["run"][:, None],
-        levels["run_df"][:, None], levels["shift"], levels["shift_df"][:, None], n_run, n_ref,
-        band=regime.band, alpha=ALPHA)  # fmt: skip
-    return Cell(regime.name, records, name, change, *_outcomes(out, change, trials))
 
 
 def simulation_table(trials: int) -> list[list[Cell]]:
@@ -218,6 +123,92 @@ def render_simulation(lines: Sequence[Sequence[Cell]], trials: int) -> str:
             f"alpha {ALPHA:g} after Holm over the shift and the rows; a history of "
             f"{HISTORY_REPEATS} repeats a row; the change is one row's. {regimes}."]  # fmt: skip
     return "\n".join(out) + "\n"
+
+
+# --- the chip's regime: rows of mixed noise, drift, an outlier, a busy host ----------------
+
+MIXED = Regime("TPU, rows 0.05%-5%", 0.0005, 0.0002, 0.0001, 0.02, "tpu", rows=18,
+               noisiest=0.05)  # fmt: skip  # the v5e's 18 small cases: device- to host-bound
+MIXED_UNSEEN = dataclasses.replace(MIXED, name="TPU, rows 0.05%-5%, 4 with history",
+                                   history_rows=4)  # fmt: skip  # today's v5e history
+MIXED_DESIGNS = (("1 vs 1", 1, 1), ("3 vs 3", 3, 3), ("5 vs 5", 5, 5))
+DRIFTS = (1.0, 3.0, 10.0)  # today's process, run and shift levels over the history's
+MIXED_RECORDS = 3
+OUTLIER = 0.12  # one repeat of a quiet row this far off (the v5e's hybrid_dit: +12%)
+AGENT = 0.16 / 13  # the lease's agent: 16% of one of the v5e host's 13 cores
+TPU_EQUAL = REGIMES[-1]
+
+
+def render_mixed(trials: int) -> str:
+    """Rows of mixed noise with a history of MIXED_RECORDS A/A records (of every row, or of
+    four), today's levels DRIFTS times the history's: false NOT REPRODUCED, REPRODUCED with
+    no change, REPRODUCED with the quietest row +3% (beyond the band), that row +5% called
+    slower, a repeat named as standing out with none planted."""
+    out = ["| rows | design | drift | false NOT REPRODUCED | REPRODUCED, no change | "
+           "REPRODUCED, a row +3% | power, a device-bound row +5% | a repeat named, none off |",
+           "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for regime in (MIXED, MIXED_UNSEEN):
+        for design in MIXED_DESIGNS:
+            for drift in DRIFTS:
+                null, three, five = (simulate(regime, MIXED_RECORDS, design, change,
+                                              trials=trials, drift=drift)
+                                     for change in (0.0, 0.03, 0.05))  # fmt: skip
+                cells = (null.not_reproduced, null.reproduced, three.reproduced, five.power,
+                         null.flagged)  # fmt: skip
+                out.append(f"| {regime.name} | {design[0]} | {drift:g}x | "
+                           + " | ".join(f"{c:.1%}" for c in cells) + " |")  # fmt: skip
+    out += ["", f"{trials} simulated comparisons of {MIXED.rows} rows per cell, seed {SIM_SEED}: "
+            "process levels evenly spread on the log scale from 0.05% to 5%, each row's run "
+            "level 40% of its process level, shift 0.01%, band ±2%; the history "
+            f"{MIXED_RECORDS} A/A records of {HISTORY_REPEATS} repeats; drift: today's "
+            "levels that many times the history's."]  # fmt: skip
+    return "\n".join(out) + "\n"
+
+
+def render_outlier_and_busy(trials: int) -> str:
+    """One repeat off, and a busy side, each through the judge with and without its rule."""
+    three = MIXED_DESIGNS[1]
+    cases = [
+        ("one repeat of a quiet row +12%", MIXED, dict(outlier=OUTLIER), 0.0),
+        ("the agent (16% of one of 13 cores) beside every repeat of both sides, a row +10%",
+         MIXED, dict(busy=simulate_busy("both", MIXED, AGENT, AGENT)), 0.10),
+        ("a busy reference, every row slowed by the agent's bound, a row truly +3%",
+         MIXED, dict(busy=simulate_busy("reference", MIXED, AGENT, AGENT)), 0.03),
+        ("a burner on one of 2 cores beside 3 of 4 rows of the run, +100% for it",
+         REGIMES[0], dict(busy=simulate_busy("run", REGIMES[0], 1.0, 1.0, skip_first=True)),
+         0.0),
+        ("a burner on one of 2 cores beside the reference, +100% for it, a row truly +30%",
+         REGIMES[0], dict(busy=simulate_busy("reference", REGIMES[0], 1.0, 1.0)), 0.30),
+    ]  # fmt: skip
+    out = ["| case | regime | NOT REPRODUCED | REPRODUCED | the changed row slower | a repeat "
+           "named | without the rule: NOT REPRODUCED | REPRODUCED |",
+           "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for name, regime, extra, change in cases:
+        records = MIXED_RECORDS if regime is MIXED else 8
+        cell = simulate(regime, records, three, change, trials=trials, **extra)
+        plain = dict(extra)
+        if "busy" in plain:  # the same slowed figures, no bound for the judge
+            plain["busy"] = dataclasses.replace(plain["busy"], bound=0.0)
+        else:
+            plain["outlier"] = 0.0
+        bare = simulate(regime, records, three, change, trials=trials, **plain)
+        power = "—" if cell.power is None else f"{cell.power:.1%}"
+        out.append(f"| {name} | {regime.name} | {cell.not_reproduced:.1%} | "
+                   f"{cell.reproduced:.1%} | {power} | {cell.flagged:.1%} | "
+                   f"{bare.not_reproduced:.1%} | {bare.reproduced:.1%} |")  # fmt: skip
+    out += ["", f"{trials} simulated comparisons per line, 3 repeats a side, seed {SIM_SEED}; "
+            "the CPU VM's levels from a history of 8 records, the TPU's from "
+            f"{MIXED_RECORDS}. A busy side's rows read slower by up to the bound the gate "
+            "reads for them (host_gates.repeat_bias), here by all of it; \"without the "
+            "rule\": the busy figures judged with no bound (the outlier line: with no repeat "
+            "off)."]  # fmt: skip
+    return "\n".join(out) + "\n"
+
+
+def simulate_busy(side: str, regime: Regime, slower: float, bound: float,
+                  skip_first: bool = False) -> Busy:  # fmt: skip
+    """Every row of `side` (but the first with `skip_first`) busy, `slower` for it."""
+    return Busy(side, tuple(range(1 if skip_first else 0, regime.rows)), slower, bound)
 
 
 # --- what two records of each kind can show ------------------------------------------------
@@ -256,9 +247,15 @@ class Pair:
 
 def _held(run, ref, run_path: str, ref_path: str) -> Pair:
     """The pair through what `compare RUN REFERENCE` runs: the noise of results/ less the
-    two records (history.kinds_table), then comparison.compare."""
+    two records (history.kinds_table), then comparison.compare; a pair holding a superseded
+    record as compare's noise line says to judge it, `--with-superseded` (the noise of its
+    time)."""
     exclude = (history.REPO_ROOT / run_path, history.REPO_ROOT / ref_path)
-    model = noise.for_records(run, ref, exclude=exclude)
+    gone = history.superseded(history.SUPERSEDED)
+    kinds = None
+    if run_path in gone or ref_path in gone:
+        kinds = history_scope.kinds_table(None, exclude, with_superseded=True)
+    model = noise.for_records(run, ref, kinds=kinds, exclude=exclude)
     cmp = comparison.compare(run, ref, noise=model)
     tally: dict[str, int] = {}
     for row in cmp.counted:
@@ -319,7 +316,7 @@ def render_pairs(same: Sequence[Pair], against: Sequence[Pair]) -> str:
            + ", ".join(f"{n} {w}" for w, n in words.items())
            + f"; {called} with the shift or a row called faster or slower). A pair of "
            "superseded records (results/superseded.json) is judged at the noise of their "
-           "own time, the fit that still holds them:", "", *head,
+           "own time, the fit that still holds them (compare --with-superseded):", "", *head,
            *map(line, same), ""]  # fmt: skip
     if against:
         out += ["Records made with a known slower setting (-O0) against them:", "", *head,
@@ -362,6 +359,8 @@ def _calibrate(args: Args, argv: Sequence[str]) -> int:
         f"Generated by `{command}`.\n\n### A row's interval\n\n"
         f"{render_row_coverage(min(args.trials, 2000))}"
         f"\n### Comparisons\n\n{render_simulation(lines, args.trials)}"
+        f"\n### Rows of mixed noise, as on a chip\n\n{render_mixed(args.trials)}"
+        f"\n### An outlier repeat, a busy host\n\n{render_outlier_and_busy(args.trials)}"
         f"\n### What two records can show\n\n{render_reach(history.kinds_table(None))}"
         f"\n### The committed records\n\n{render_pairs(same, against)}"
     )
