@@ -1,5 +1,5 @@
 """The first GPU run's A/A stage: several records of the same three fast rows on the same
-stack, so the history fit (dew.bench.analysis.history) learns this device kind's run and
+stack, so the history fit (dew.bench.analysis.levels.history) learns this device kind's run and
 process levels instead of borrowing another kind's.
 
 Standard library only (scripts/first_gpu_run.py imports it before dew's dependencies are

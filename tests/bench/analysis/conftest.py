@@ -1,5 +1,5 @@
 """Fixtures the comparison tests share: the committed A/A records and the noise fitted from
-them the way `python -m dew.bench.analysis.history --write` fits results/.
+them the way `python -m dew.bench.analysis.levels.history --write` fits results/.
 
 Compare reads results/noise.json (the fit of every record under results/) for the noise it
 assumes; a test that pins its verdicts uses `pinned_noise`, so regenerating that file (more
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dew.bench.analysis import history
+from dew.bench.analysis.levels import history
 from dew.bench.record.schema import read_run
 
 REPO = Path(__file__).resolve().parents[3]

@@ -140,7 +140,7 @@ def test_a_busy_side_on_other_rows_never_makes_a_clean_row_faster_or_slower(pinn
 def _quiet():
     """Levels small enough that the figures, not the noise, decide: what the gate holds back
     is then the gate's doing."""
-    from dew.bench.analysis import noise
+    from dew.bench.analysis.levels import noise
 
     n = noise.Noise(0.005, 20.0, 0.002, 20.0, 0.002, 20.0, "quiet")
     return noise.NoiseModel(n, {}, "quiet")

@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dew.bench.analysis import compare_command, compare_report, comparison, noise
+from dew.bench.analysis import compare_command, compare_report, comparison
+from dew.bench.analysis.levels import noise
 from dew.bench.record.schema import read_run, write_run
 
 PUBLISHED = Path(__file__).resolve().parents[3] / "results" / "published"

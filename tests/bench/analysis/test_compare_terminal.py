@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from dew.bench.analysis import compare_report, comparison, noise, tables
+from dew.bench.analysis import compare_report, comparison, tables
+from dew.bench.analysis.levels import noise
 from dew.bench.record.schema import read_run
 
 REPO = Path(__file__).resolve().parents[3]

@@ -1,4 +1,4 @@
-"""dew.bench.analysis.history: the levels fitted from records of known truth, what counts
+"""dew.bench.analysis.levels.history: the levels fitted from records of known truth, what counts
 as an A/A record, the weak prior of a kind without history, and the committed cache."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from dew.bench.analysis import history, history_scope, noise
+from dew.bench.analysis.levels import history, history_scope, noise
 from dew.bench.common.cli import UsageError
 
 
@@ -129,11 +129,13 @@ def test_a_row_level_shrinks_toward_its_kind():
 
 def test_the_committed_cache_is_the_fit_of_the_committed_records():
     cached = history.read_table()
-    assert cached is not None, "results/noise.json: python -m dew.bench.analysis.history --write"
+    assert cached is not None, (
+        "results/noise.json: python -m dew.bench.analysis.levels.history --write"
+    )
     fitted = history_scope.kinds_table(None, cache=False)
     assert fitted.left_out.history == "the committed records under results/"
     assert cached["kinds"] == json.loads(json.dumps(dict(fitted))), (
-        "results/noise.json is stale: python -m dew.bench.analysis.history --write"
+        "results/noise.json is stale: python -m dew.bench.analysis.levels.history --write"
     )
 
 

@@ -1,4 +1,4 @@
-"""dew.bench.analysis.history_scope: the fit a comparison uses changes only when the user
+"""dew.bench.analysis.levels.history_scope: the fit a comparison uses changes only when the user
 names records. The committed records are the history (a record that merely appears under
 results/runs is not read, and the noise line says so); the records compared and their
 copies leave it; the superseded ones leave it unless --with-superseded names them, and
@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dew.bench.analysis import history, history_records, history_scope
+from dew.bench.analysis.levels import fit, history, history_records, history_scope
 from dew.commands.main import main as dew
 
 REPO = Path(__file__).resolve().parents[3]
@@ -46,9 +46,9 @@ def checkout(tmp_path, monkeypatch):
     git(root, "add", "results")
     git(root, "commit", "-q", "-m", "records")
     monkeypatch.setattr(history_records, "REPO_ROOT", root)
-    monkeypatch.setattr(history, "HISTORY", root / "results")
-    monkeypatch.setattr(history, "TABLE", root / "results" / "noise.json")
-    monkeypatch.setattr(history, "SUPERSEDED", root / "results" / "superseded.json")
+    monkeypatch.setattr(fit, "HISTORY", root / "results")
+    monkeypatch.setattr(fit, "TABLE", root / "results" / "noise.json")
+    monkeypatch.setattr(fit, "SUPERSEDED", root / "results" / "superseded.json")
     return root
 
 
@@ -115,9 +115,9 @@ def test_outside_a_checkout_the_cache_is_the_history(tmp_path, monkeypatch):
         shutil.copyfile(REPO / path, tmp_path / path)
     assert history_scope.committed(results) is None  # git answers: no checkout here
     monkeypatch.setattr(history_records, "REPO_ROOT", tmp_path)
-    monkeypatch.setattr(history, "HISTORY", results)
-    monkeypatch.setattr(history, "SUPERSEDED", results / "superseded.json")
-    monkeypatch.setattr(history, "TABLE", results / "noise.json")
+    monkeypatch.setattr(fit, "HISTORY", results)
+    monkeypatch.setattr(fit, "SUPERSEDED", results / "superseded.json")
+    monkeypatch.setattr(fit, "TABLE", results / "noise.json")
     fitted = history.kinds_table(None)
     assert fitted.left_out.history == "the records under results/"
     cached = {TPU: {**fitted[TPU], "process": 0.5}}  # told apart from a fit of the folder

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from dew.bench.analysis import calibration as simulation
-from dew.bench.analysis import judge, row_noise, stats
+from dew.bench.analysis import judge, stats
+from dew.bench.analysis.levels import row_noise
 
 CPU = dict(process_var=0.10**2, process_df=40.0, run_var=0.04**2, run_df=30.0,
            shift_var=0.04**2, shift_df=30.0)  # fmt: skip

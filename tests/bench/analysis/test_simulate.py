@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from dew.bench.analysis import calibration, outliers, row_noise, spread
+from dew.bench.analysis import calibration, outliers
+from dew.bench.analysis.levels import row_noise, spread
 from dew.bench.analysis.simulate import simulate
 
 TRIALS = 1500

@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 from test_ab import make_run
 
-from dew.bench.analysis import ab, compare_command, compare_report, comparison, history, judge
-from dew.bench.analysis import noise as noise_model
+from dew.bench.analysis import ab, compare_command, compare_report, comparison, judge
+from dew.bench.analysis.levels import fit, history
+from dew.bench.analysis.levels import noise as noise_model
 from dew.bench.analysis.repeats import step_repeat, summarize_step
 from dew.bench.record.schema import read_run, write_run
 
@@ -118,12 +119,12 @@ def test_records_that_cannot_show_the_band_say_so_first_with_what_would(tmp_path
 
 
 def test_a_level_is_a_difference_of_mean_squares_with_satterthwaites_df():
-    var, df, floor = judge.component(0.004, 10, 0.001, 40)
+    var, df, floor = fit.component(0.004, 10, 0.001, 40)
     spread = 0.004**2 / 10 + 0.001**2 / 40
     assert var == pytest.approx(0.003) and df == pytest.approx(0.003**2 / spread)
     assert df < 10  # fewer than the mean square it came from (the old fit's)
     # Estimated below nothing: not 0 known, its standard error with 2 df.
-    var, df, floor = judge.component(0.001, 4, 0.002, 40)
+    var, df, floor = fit.component(0.001, 4, 0.002, 40)
     assert (
         var == pytest.approx(floor) == pytest.approx(math.sqrt(2 * (0.001**2 / 4 + 0.002**2 / 40)))
     )

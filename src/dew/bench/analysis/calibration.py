@@ -12,7 +12,7 @@ CPU regimes (the run level above the process level too, the history well known o
 1-vs-1 and one-process references, interleaved rounds, one row changed or the whole table.
 
 (c) **The committed records** (`pairs`): every ordered pair of A/A records under results/
-(dew.bench.analysis.history's groups) through the real compare at the levels fitted from
+(dew.bench.analysis.levels.history's groups) through the real compare at the levels fitted from
 that history, and each record made with a known slower setting (-O0 in XLA_FLAGS) against
 every record of its own stack otherwise.
 
@@ -31,7 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from dew.bench.analysis import comparison, history, history_scope, judge, noise, stats
+from dew.bench.analysis import comparison, judge, stats
+from dew.bench.analysis.levels import history, history_scope, noise
 from dew.bench.analysis.simulate import (
     ALPHA,
     HISTORY_REPEATS,
@@ -43,6 +44,7 @@ from dew.bench.analysis.simulate import (
 )
 from dew.bench.analysis.tables import level
 from dew.bench.common import cli, files
+from dew.bench.common.files import REPO_ROOT
 from dew.bench.record.validate import load
 
 PROG = "python -m dew.bench.analysis.calibration"
@@ -250,7 +252,7 @@ def _held(run, ref, run_path: str, ref_path: str) -> Pair:
     two records (history.kinds_table), then comparison.compare; a pair holding a superseded
     record as compare's noise line says to judge it, `--with-superseded` (the noise of its
     time)."""
-    exclude = (history.REPO_ROOT / run_path, history.REPO_ROOT / ref_path)
+    exclude = (REPO_ROOT / run_path, REPO_ROOT / ref_path)
     gone = history.superseded(history.SUPERSEDED)
     kinds = None
     if run_path in gone or ref_path in gone:
@@ -279,7 +281,7 @@ def pairs(slower: Sequence[str] = ()) -> tuple[list[Pair], list[Pair]]:
     for path, record in records:
         groups.setdefault(history.identity(record), []).append(path)
     paths = [p for group in groups.values() if len(group) > 1 for p in group]
-    loaded = {p: load(history.REPO_ROOT / p, "RECORD") for p in [*paths, *slower]}
+    loaded = {p: load(REPO_ROOT / p, "RECORD") for p in [*paths, *slower]}
     same = [_held(loaded[a], loaded[b], a, b)
             for group in groups.values() if len(group) > 1
             for a, b in itertools.permutations(group, 2)]  # fmt: skip

@@ -10,7 +10,7 @@ and the `dew ab` rounds that would show the one asked for (compare_report.headli
 the stack differences (packages, driver, device, env flags, commit, settings), then
 the noise assumed (the device kind's process level, run level and whole-run shift, fitted
 from the committed records' own A/A history less the two compared and their copies, and
-what was left out and why: dew.bench.analysis.history_scope), the whole run's shift (the
+what was left out and why: dew.bench.analysis.levels.history_scope), the whole run's shift (the
 median of the rows' ratios) on its own line, then per row the ratios run / reference, the
 timing ratio's 95% interval, its ratio against the shift, the p after Holm-Bonferroni
 (over the shift and the rows), what the row could have detected (MDE) and the repeats a
@@ -50,7 +50,8 @@ from typing import Annotated, Literal
 
 import tyro
 
-from dew.bench.analysis import compare_report, comparison, history, judge, noise, parity, tables
+from dew.bench.analysis import compare_report, comparison, judge, parity, tables
+from dew.bench.analysis.levels import history, noise
 from dew.bench.analysis.plots import comparison_chart
 from dew.bench.common import cli, files
 from dew.bench.common.cli import UsageError

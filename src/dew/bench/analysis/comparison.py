@@ -4,7 +4,7 @@ Per row the ratios run / reference of its kind's ratio fields (dew.bench.analysi
 the step's ms/step, p50, samples/s, util and peak GiB; the loader's samples/s, p50, p95,
 first batch). For the kind's timing (ms/step; the loader's ms per batch) the rows are
 judged together by dew.bench.analysis.judge at the noise of their device kind
-(dew.bench.analysis.history: fitted from the records' own A/A history, or a stated weak
+(dew.bench.analysis.levels.history: fitted from the records' own A/A history, or a stated weak
 prior): the ratio of the geometric means of each row's repeats with its 95%
 interval, the whole run's shift (the median of the rows' ratios, 3 rows or more) on its
 own line, each row's change against it, Holm-Bonferroni over the shift and the rows, and
@@ -38,11 +38,12 @@ import math
 
 import numpy as np
 
-from dew.bench.analysis import judge, outliers, row_noise, stats
+from dew.bench.analysis import judge, outliers, stats
 from dew.bench.analysis.host_gates import biases, busy_why, drift_why, host_drift
 from dew.bench.analysis.kinds import KINDS, Kind
+from dew.bench.analysis.levels import row_noise
+from dew.bench.analysis.levels.noise import Noise, NoiseModel, for_records, platform_of
 from dew.bench.analysis.matching import match_rows
-from dew.bench.analysis.noise import Noise, NoiseModel, for_records, platform_of
 from dew.bench.common.cli import UsageError
 from dew.bench.record.schema import BenchmarkRun, Record
 from dew.bench.record.stack import StackDifference, stack_differences

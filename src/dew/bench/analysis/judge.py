@@ -6,7 +6,7 @@ a shift `s` the whole record shares (the host, the card, the day), a row's own r
 `b`, and the process level `e` (a fresh compile each). For each row, d = the difference of
 the two sides' mean logs.
 
-- **Process variance, moderated** (dew.bench.analysis.row_noise): the two sides' repeats
+- **Process variance, moderated** (dew.bench.analysis.levels.row_noise): the two sides' repeats
   pooled, then shrunk toward the row's process level as a prior (limma's moderated
   variance), so three repeats whose spread happens to be small are not believed alone,
   and never narrower than the repeats show; a side of one process adds no degrees of
@@ -27,10 +27,8 @@ the two sides' mean logs.
   INCONCLUSIVE otherwise, never a success.
 - **Paired rounds** (`paired_arrays`, `dew ab`): the same words and outcome from the per-round
   log ratios, the run levels cancelled, with the same equivalence test.
-- **The levels' inputs** (`component`): a history's run level and shift are differences of
-  mean squares, with Satterthwaite's degrees of freedom, read at their standard error when
-  estimated at about nothing. `smallest_band`, `repeats_to_show` and `rounds_to_show` say
-  what two records, or interleaved rounds, can show.
+- **What two records can show**: `smallest_band`, `repeats_to_show` and `rounds_to_show`
+  (from a history's levels: dew.bench.analysis.levels.fit).
 
 Everything is vectorized over a leading axis of trials, so the calibration's simulation
 (dew.bench.analysis.calibration.simulate) runs exactly the code compare runs
@@ -44,7 +42,7 @@ import math
 
 import numpy as np
 
-from dew.bench.analysis.row_noise import median_variance
+from dew.bench.analysis.levels.row_noise import median_variance
 from dew.bench.analysis.stats import CONFIDENCE
 from dew.bench.analysis.tables import level
 
@@ -79,27 +77,6 @@ def welch(*parts) -> tuple[np.ndarray, np.ndarray]:
                           for v, df in parts)  # fmt: skip
         df = np.where(denominator > 0, total**2 / denominator, np.inf)
     return total, df
-
-
-def component(plus, plus_df, minus, minus_df) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A variance component estimated as the difference of two mean squares, plus − minus
-    (each with its degrees of freedom; minus may be 0), and its Satterthwaite degrees of
-    freedom. The estimate's own sampling variance is 2·D, D = plus²/plus_df +
-    minus²/minus_df. An estimate below its standard error √(2D) (clipped at 0, or barely
-    above) is not known to be that small: it reads as √(2D) itself, worth D's 2 degrees of
-    freedom. The floor is the history's own: a quiet kind (a TPU's 0.3%) gets a small one,
-    never another kind's levels. Returns (variance, degrees of freedom, floor); mean squares
-    of exactly 0 give 0 over the plus's degrees of freedom."""
-    plus, plus_df, minus, minus_df = (np.asarray(x, dtype=float)
-                                      for x in (plus, plus_df, minus, minus_df))  # fmt: skip
-    with np.errstate(invalid="ignore", divide="ignore"):
-        spread = (np.where(plus_df > 0, plus**2 / plus_df, 0.0)
-                  + np.where((minus != 0) & (minus_df > 0), minus**2 / minus_df, 0.0))  # fmt: skip
-        floor = np.sqrt(2 * spread)
-        var = np.maximum(plus - minus, floor)
-        # never more than the mean square it came from holds (a floor from 1 df has 1)
-        df = np.minimum(np.where(spread > 0, var**2 / spread, plus_df), plus_df)
-    return var, df, floor
 
 
 def holm(p: np.ndarray) -> np.ndarray:

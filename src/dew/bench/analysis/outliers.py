@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from dew.bench.analysis import row_noise
+from dew.bench.analysis.levels import row_noise
 
 ALPHA = 0.01  # the chance, over a whole comparison, of naming a repeat of an ordinary run
 MIN_REPEATS = 3  # a side of two cannot say which of its repeats is the odd one

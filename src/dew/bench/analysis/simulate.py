@@ -6,9 +6,9 @@ run level (the same share of its process level for every row) and the whole run'
 A cell simulates `trials` comparisons in it:
 
 - **the history**: `records` A/A records of every row (or of the first `history_rows`),
-  fitted as dew.bench.analysis.history fits them (balanced here, where its additive fit is
+  fitted as dew.bench.analysis.levels.history fits them (balanced here, where its additive fit is
   the rows' and records' means): the kind's levels by judge.component, each row's process
-  level by dew.bench.analysis.spread, its run level by history.row_run; with no records,
+  level by dew.bench.analysis.levels.spread, its run level by history.row_run; with no records,
   the platform's prior (noise.prior);
 - **two records** of n repeats a side (`Design`), with the truth moved by `drift` (today's
   levels that many times the history's), one row (the quietest) `change` slower, one
@@ -29,7 +29,8 @@ import math
 
 import numpy as np
 
-from dew.bench.analysis import history, judge, noise, outliers, row_noise, spread
+from dew.bench.analysis import judge, outliers
+from dew.bench.analysis.levels import fit, noise, row_noise, spread
 
 SIM_SEED = 20261204
 ALPHA = 0.05
@@ -110,20 +111,20 @@ def history_levels(rng, regime: Regime, records: int, trials: int) -> dict[str, 
     residual = means - a - means.mean(axis=1, keepdims=True)
     df_e = (records - 1) * (seen - 1)
     ms_e = np.sum(residual**2, axis=(1, 2)) / df_e
-    run, run_df, floor = judge.component(ms_e, df_e, process / n, process_df)
+    run, run_df, floor = fit.component(ms_e, df_e, process / n, process_df)
     between = np.var(a[:, :, 0], axis=1, ddof=1)
-    shift, shift_df, _ = judge.component(between, records - 1, ms_e / seen, df_e)
+    shift, shift_df, _ = fit.component(between, records - 1, ms_e / seen, df_e)
     own_run = np.sum(residual**2, axis=1) / (df_e / seen) - own / n
     s0, d0 = spread.fit_spread(own, own_df)
     post, post_df = spread.posterior(own, own_df, s0[:, None], d0[:, None])
     scale = post / process[:, None]
-    row_run = history.row_run(own_run, df_e / seen, run[:, None] * scale, run_df[:, None],
+    row_run = fit.row_run(own_run, df_e / seen, run[:, None] * scale, run_df[:, None],
                               floor[:, None] * scale)  # fmt: skip
     unseen = k - seen
     typical = np.where(s0 > 0, s0, process)[:, None] * np.ones((1, unseen))
     return {
         "process": np.concatenate([post, typical], axis=1),
-        "process_df": np.concatenate([np.minimum(post_df, history.MOST_DF),
+        "process_df": np.concatenate([np.minimum(post_df, fit.MOST_DF),
                                       np.full((trials, unseen), spread.UNSEEN_DF)], axis=1),
         "run": np.concatenate([row_run, typical * (run / process)[:, None]], axis=1),
         "run_df": run_df, "shift": shift, "shift_df": shift_df, "seen": np.arange(k) < seen,

@@ -15,11 +15,15 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from dew.bench.common.errors import UsageError
 from dew.bench.common.files import REPO_ROOT
 from dew.bench.record.schema.documents import Superseded
+
+CheckFile = Callable[[Path], tuple[Any, list[str]]]  # a record file: (the record, its errors)
 
 
 def root_of(path: Path) -> Path:
@@ -29,9 +33,10 @@ def root_of(path: Path) -> Path:
     return folder.parent if folder.name == "results" else REPO_ROOT
 
 
-def problems(path: Path, table: Superseded) -> list[str]:
-    """The lines naming each entry of a valid Superseded model that is wrong on disk or in git."""
-    from dew.bench.record.validate import check_file  # validate imports this module
+def problems(path: Path, table: Superseded, check_file: CheckFile) -> list[str]:
+    """The lines naming each entry of a valid Superseded model that is wrong on disk or in
+    git; `check_file` is how a listed record is validated (validate.check_file, which
+    imports this module)."""
 
     root = root_of(path)
     results = (root / "results").resolve()
@@ -83,9 +88,9 @@ def problems(path: Path, table: Superseded) -> list[str]:
     return lines
 
 
-def check_text(path: Path, text: str) -> list[str]:
+def check_text(path: Path, text: str, check_file: CheckFile) -> list[str]:
     """`problems` of a file whose model already passed."""
-    return problems(path, Superseded.model_validate(json.loads(text)))
+    return problems(path, Superseded.model_validate(json.loads(text)), check_file)
 
 
 class _Git:

@@ -177,7 +177,7 @@ def _validate(argv: list[str], prog: str) -> int:
             problem = check_document(kind, text)
             errors = describe_errors(problem) if problem is not None else []
             if not errors and kind == SUPERSEDED:  # the files and commits it names too
-                errors = superseded_check.check_text(path, text)
+                errors = superseded_check.check_text(path, text, check_file)
             verdict = f"ok ({kind})"
         else:
             run, errors = check_text(text)

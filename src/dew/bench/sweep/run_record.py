@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from dew.bench.analysis.kinds import KINDS
-from dew.bench.analysis.noise import auto_noise
+from dew.bench.analysis.levels.noise import auto_noise
 from dew.bench.analysis.repeats import auto_stop, with_host_readings
 from dew.bench.common.errors import WriteFailed
 from dew.bench.common.files import atomic_write

@@ -6,7 +6,7 @@ import pytest
 
 from dew.bench.analysis import comparison
 from dew.bench.analysis.kinds import KINDS, Kind, register
-from dew.bench.analysis.noise import NoiseModel, prior
+from dew.bench.analysis.levels.noise import NoiseModel, prior
 from dew.bench.record.schema import DataRow, StepRow
 
 NOISE = NoiseModel(prior("cpu", None), {}, "test")

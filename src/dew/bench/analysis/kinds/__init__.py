@@ -46,7 +46,7 @@ class Kind(Protocol):
     charted: ClassVar[bool] = False  # its timed rows are the site's series per architecture
     feeds_steps: ClassVar[bool] = False  # its rows feed a step: the site's keep-up verdicts
     # Its rows carry the run's settings (the loader's workers, threads): records are A/A
-    # copies (dew.bench.analysis.history) only with the same rows.
+    # copies (dew.bench.analysis.levels.history) only with the same rows.
     settings_in_rows: ClassVar[bool] = False
 
     @property

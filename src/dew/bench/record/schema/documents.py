@@ -2,7 +2,7 @@
 read from its content (`document_kind`), and its check (`check_document`).
 
     JSON Schema    results/schema/*.schema.json    python -m dew.bench.record.schema
-    run level      results/noise.json              python -m dew.bench.analysis.history
+    run level      results/noise.json              python -m dew.bench.analysis.levels.history
     superseded     results/superseded.json         by hand: each reason with the commit that
                                                    removed its cause
     A/B plan       RUN/ab-plan.json                nox -s ab (dew.host.ab_rounds)

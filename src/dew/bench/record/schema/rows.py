@@ -124,8 +124,9 @@ class DataRepeat(Record):
     first_batch_s: NonNegFloat | None = None
     host_busy: str | None = None
     host_load_cores: NonNegFloat | None = Field(
-        default=None, description="the CPU other processes used during the idle check before "
-        "this repeat, in cores; null: not read"
+        default=None,
+        description="the CPU other processes used during the idle check before "
+        "this repeat, in cores; null: not read",
     )
     host_probe_ms: NonNegFloat | None = Field(
         default=None, description="the host-speed probe before this repeat (schema 3)"

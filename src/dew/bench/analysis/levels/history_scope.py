@@ -12,7 +12,7 @@ Whatever the history, the fit leaves out:
 - the records results/superseded.json lists (each for a cause a commit removed), unless
   the user names them (`compare --with-superseded`: the noise of their time).
 
-`LeftOut.words` says all of it in the comparison's noise line (dew.bench.analysis.noise).
+`LeftOut.words` says all of it in the comparison's noise line (dew.bench.analysis.levels.noise).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import subprocess
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from dew.bench.analysis import history_records
+from dew.bench.analysis.levels import fit, history_records
 from dew.bench.common import cli
 from dew.bench.record.schema.documents import Superseded
 
@@ -128,14 +128,12 @@ def kinds_table(history_dir: Path | None = None, exclude: Iterable[Path] = (), *
     `history_dir` when given, else of the committed records (outside a checkout the
     `cache`, results/noise.json, where it holds none of them), less the records compared
     and their copies and, unless `with_superseded`, the superseded ones."""
-    from dew.bench.analysis import history  # it reads the history; this module chooses it
-
     exclude = [Path(p) for p in exclude]
     root = history_records.REPO_ROOT  # the records' paths are named from it
-    listed = read_superseded(history.SUPERSEDED)
+    listed = read_superseded(fit.SUPERSEDED)
     gone = {} if with_superseded else listed.records
-    tracked = committed(history.HISTORY) if history_dir is None else None
-    parsed = history_records.parse(history_records.walk(history.HISTORY if history_dir is None
+    tracked = committed(fit.HISTORY) if history_dir is None else None
+    parsed = history_records.parse(history_records.walk(fit.HISTORY if history_dir is None
                                         else Path(history_dir)))  # fmt: skip
     uncommitted: list[str] = []
     if tracked is not None:
@@ -158,26 +156,24 @@ def kinds_table(history_dir: Path | None = None, exclude: Iterable[Path] = (), *
         uncommitted=tuple(uncommitted),
     )  # fmt: skip
     if cache and history_dir is None and tracked is None and not with_superseded:
-        cached = history.read_table()
+        cached = fit.read_table()
         held = [*compared, *((root / p).resolve() for p in copies)]
         if cached is not None and "kinds" in cached and not _holds(cached["kinds"], held, root):
             table = Kinds(cached["kinds"])
             table.left_out = dataclasses.replace(left, history="results/noise.json")
             return table
-    table = Kinds(history.fit(records, gone))
+    table = Kinds(fit.fit(records, gone))
     table.left_out = left
     return table
 
 
 def _listed(records: Sequence[tuple[str, dict]], listed: Superseded) -> dict:
     """Device kind -> reason -> how many of `records` results/superseded.json lists."""
-    from dew.bench.analysis.history import device_kind
-
     out: dict[str, dict[str, int]] = {}
     for path, record in records:
         name = listed.records.get(path)
         if name is not None:
-            reasons = out.setdefault(device_kind(record) or "unknown", {})
+            reasons = out.setdefault(fit.device_kind(record) or "unknown", {})
             reasons[name] = reasons.get(name, 0) + 1
     return out
 

@@ -1,18 +1,8 @@
-"""The noise of each device kind, fitted from the records' own history.
+"""Each device kind's noise fitted from A/A records: the two-way random-effects table of
+every group of records that share a stack and a device, pooled per kind, and each row's own
+levels (what dew.bench.analysis.levels.history fits, on the records history_scope chose).
 
-    python -m dew.bench.analysis.history [--history DIR] [--write]
-
-The history is the committed records under results/ (those git tracks), or every record
-under DIR; what a comparison leaves out of it, and says it left out, is
-dew.bench.analysis.history_scope's. A record is read by its content, not its name; one
-whose every repeat figure another also holds (an A/B round inside its side's record, a
-reproduce's copy of its reference) counts once; a dirty tree's records pair only with
-records of the same diff (its hash), and without one are left out. Records that share a
-stack identity (commit, packages, driver, Python, environment flags, code from outside
-dew, the measuring settings; a loader's rows) and a device identity (device kind and
-count, and the cards' UUIDs where there are any) are A/A records: the same thing measured
-at different times. Each such group is fitted as a two-way random-effects table on the logs
-of the repeat figures:
+Each group is fitted on the logs of the repeat figures:
 
 - the **process level** σ_p: the variance within a record's repeats of a row, pooled;
 - the **shift** σ_s: what a whole record shares (the record effects of an additive fit of
@@ -23,15 +13,11 @@ of the repeat figures:
 Method of moments: the run level and the shift are each a mean square less another's share
 (the residuals' less the processes'; the records' effects less the residuals'), both pooled
 unclipped over the groups of a kind by the first's degrees of freedom (clipping each first
-biases upward), and only then read by dew.bench.analysis.judge.component: Satterthwaite's
-degrees of freedom for the difference, and a level estimated below its standard error read
-as that standard error (never as a known 0; `floored` in the table names them).
-Each row's own levels shrink toward its kind's (empirical Bayes, the kind's level worth
-PRIOR_DF degrees of freedom), never the larger of two noisy estimates. Records listed in
-results/superseded.json (each for a cause a commit removed) stay records but leave the
-fit, named under their kind's `superseded`. A kind with no history gets a stated weak
-prior (dew.bench.analysis.noise), never another kind's levels. --write caches the fit of
-the committed records in results/noise.json (a test checks it is current).
+biases upward), and only then read by `component`: Satterthwaite's degrees of freedom for
+the difference, and a level estimated below its standard error read as that standard error
+(never as a known 0; `floored` in the table names them). Each row's own levels come from
+its kind's rows (`row_levels`, dew.bench.analysis.levels.spread). Records listed in
+results/superseded.json leave the fit, named under their kind's `superseded`.
 """
 
 from __future__ import annotations
@@ -39,38 +25,45 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import sys
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
-from typing import Annotated
 
 import numpy as np
-import tyro
 
-from dew.bench.analysis import judge, spread
-from dew.bench.analysis.history_records import (  # noqa: F401  (history's names, read here)
-    SKIPPED_DIRS,
-    _distinct,
-    _figures,
-    held,
-    leave_out,
-    parse,
-    read,
-    read_paths,
-    walk,
-)
 from dew.bench.analysis.kinds import KINDS
-from dew.bench.analysis.row_noise import PRIOR_DF
-from dew.bench.analysis.tables import level
-from dew.bench.common import cli, files
+from dew.bench.analysis.levels import spread
+from dew.bench.analysis.levels.history_records import _figures
+from dew.bench.analysis.levels.row_noise import PRIOR_DF
 from dew.bench.common.files import REPO_ROOT
 from dew.bench.record.stack import stack_identity
 
-PROG = "python -m dew.bench.analysis.history"
 HISTORY = REPO_ROOT / "results"
 TABLE = HISTORY / "noise.json"
 SUPERSEDED = HISTORY / "superseded.json"
 MOST_DF = 1e6  # a row's degrees of freedom as noise.json holds them (JSON has no inf)
+
+
+def component(plus, plus_df, minus, minus_df) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A variance component estimated as the difference of two mean squares, plus − minus
+    (each with its degrees of freedom; minus may be 0), and its Satterthwaite degrees of
+    freedom. The estimate's own sampling variance is 2·D, D = plus²/plus_df +
+    minus²/minus_df. An estimate below its standard error √(2D) (clipped at 0, or barely
+    above) is not known to be that small: it reads as √(2D) itself, worth D's 2 degrees of
+    freedom. The floor is the history's own: a quiet kind (a TPU's 0.3%) gets a small one,
+    never another kind's levels. Returns (variance, degrees of freedom, floor); mean squares
+    of exactly 0 give 0 over the plus's degrees of freedom."""
+    plus, plus_df, minus, minus_df = (np.asarray(x, dtype=float)
+                                      for x in (plus, plus_df, minus, minus_df))  # fmt: skip
+    with np.errstate(invalid="ignore", divide="ignore"):
+        spread = (np.where(plus_df > 0, plus**2 / plus_df, 0.0)
+                  + np.where((minus != 0) & (minus_df > 0), minus**2 / minus_df, 0.0))  # fmt: skip
+        floor = np.sqrt(2 * spread)
+        var = np.maximum(plus - minus, floor)
+        # never more than the mean square it came from holds (a floor from 1 df has 1)
+        df = np.minimum(np.where(spread > 0, var**2 / spread, plus_df), plus_df)
+    return var, df, floor
+
+
 # --- reading the history -------------------------------------------------------------------
 
 
@@ -124,7 +117,7 @@ class Estimate:
 @dataclasses.dataclass
 class Component:
     """A variance component as the difference of two mean squares, each pooled over the
-    groups by the first's degrees of freedom (judge.component reads the level)."""
+    groups by the first's degrees of freedom (`component` reads the level)."""
 
     plus: Estimate = dataclasses.field(default_factory=Estimate)
     minus: float = 0.0  # pooled with the plus's weights
@@ -139,10 +132,10 @@ class Component:
 
     def level(self) -> tuple[float, float, float]:
         """(variance, degrees of freedom, floor): Satterthwaite's, floored at its standard
-        error (judge.component)."""
+        error (`component`)."""
         if self.plus.df <= 0:
             return 0.0, 0.0, 0.0
-        var, df, floor = judge.component(self.plus.var, self.plus.df, self.minus, self.minus_df)
+        var, df, floor = component(self.plus.var, self.plus.df, self.minus, self.minus_df)
         return float(var), float(df), float(floor)
 
     @property
@@ -272,7 +265,7 @@ def fit(records: Sequence[tuple[str, dict]], left_out_paths: Collection[str] = (
 
 
 def row_levels(entry: KindFit, run: float, run_df: float, run_floor: float):
-    """Each row's levels and the kind's spread of them (dew.bench.analysis.spread): a row's
+    """Each row's levels and the kind's spread of them (dew.bench.analysis.levels.spread): a row's
     process level is its own shrunk toward its kind's rows as much as they agree; its run
     level is its own shrunk toward the kind's run level scaled to the row's process level
     (a row twice as noisy between processes is taken as twice as noisy between runs),
@@ -315,15 +308,6 @@ def row_run(own, own_df, location, location_df, floor):
     return np.maximum(shrunk, floor)
 
 
-def superseded(path: Path) -> dict[str, str]:
-    """The records results/superseded.json lists, each with its reason's name: kept
-    (compare and the site read them), but no longer their kind's noise
-    (history_scope.read_superseded reads the file)."""
-    from dew.bench.analysis.history_scope import read_superseded
-
-    return dict(read_superseded(path).records)
-
-
 def _sd(var: float) -> float:
     return round(math.sqrt(max(0.0, var)), 5)
 
@@ -333,65 +317,3 @@ def read_table(path: Path | None = None) -> dict | None:
         return json.loads((TABLE if path is None else path).read_text())
     except (OSError, ValueError):
         return None
-
-
-def kinds_table(history_dir: Path | None = None, exclude: Iterable[Path] = (), *,
-                with_superseded: bool = False) -> dict:  # fmt: skip
-    """The fitted kinds a comparison of the records `exclude` assumes, with what was left
-    out of them (dew.bench.analysis.history_scope.kinds_table)."""
-    from dew.bench.analysis import history_scope
-
-    return history_scope.kinds_table(history_dir, exclude, with_superseded=with_superseded)
-
-
-# --- the command line -----------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Args:
-    """Fit each device kind's noise from the A/A records (the committed ones under results/,
-    or every one under --history) and print it, or write results/noise.json (--write)."""
-
-    history: Annotated[str | None, tyro.conf.arg(metavar="DIR")] = None
-    """the folder whose records (at any depth) are the history; default: the records under
-    results/ that git tracks (outside a checkout, every one under results/)"""
-    write: bool = False
-    """write results/noise.json, the cache of the fit of the committed records"""
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    return cli.run(PROG, lambda: _history(cli.parse(Args, argv, prog=PROG)))
-
-
-def _history(args: Args) -> int:
-    from dew.bench.analysis import history_scope
-
-    directory = None if args.history is None else Path(args.history)
-    if directory is not None and not directory.is_dir():
-        raise cli.UsageError(f"--history {directory} is not a folder")
-    if directory is not None and args.write:
-        raise cli.UsageError(f"--write caches the fit of the committed records, not of "
-                             f"--history {directory}: leave one of them out")  # fmt: skip
-    kinds = history_scope.kinds_table(directory, cache=False)
-    if not kinds:
-        raise cli.UsageError(f"{directory or HISTORY}: no two records of one stack and device "
-                             "with rows of repeats: nothing to fit")  # fmt: skip
-    table = {"command": f"{PROG} --write", "kinds": dict(kinds)}
-    if args.write:
-        files.atomic_write(TABLE, json.dumps(table, indent=1) + "\n")
-        print(f"wrote {TABLE}", file=sys.stderr)
-    for kind, entry in kinds.items():
-        print(f"{kind}: {entry['records']} records, {len(entry['groups'])} groups: process "
-              f"{level(entry['process'])} ({entry['process_df']:g} df), run "
-              f"{level(entry['run'])} ({entry['run_df']:g} df), shift {level(entry['shift'])} "
-              f"({entry['shift_df']:g} df)"
-              + (f"; {len(entry['superseded'])} superseded records left out"
-                 if entry.get("superseded") else ""))  # fmt: skip
-    if kinds.left_out is not None and kinds.left_out.unread():
-        print(kinds.left_out.unread(), file=sys.stderr)
-    return cli.EXIT_OK
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -2,7 +2,7 @@
 the whole run's shift, with their degrees of freedom and where they came from.
 
 They are the device kind's, fitted from the records' own A/A history
-(dew.bench.analysis.history; results/noise.json caches the fit of results/), each row's
+(dew.bench.analysis.levels.history; results/noise.json caches the fit of results/), each row's
 shrunk toward its kind's; a kind with no history gets a stated weak prior of its platform
 (`PRIORS`), never another kind's levels, and two records of two kinds get their
 platform's prior.
@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from dew.bench.analysis import history, spread
+from dew.bench.analysis.levels import history, spread
 from dew.bench.analysis.tables import level
 
 # A kind without history: weak priors of its platform, worth PRIOR_PSEUDO_DF degrees of

@@ -4,8 +4,8 @@ A JSON file is a record when it has a kind dew knows, rows and an environment; a
 tree's record without the hash of its diff is no A/A pair of anything and is passed over.
 A record whose every repeat figure another record also holds (an A/B round inside its
 side's record, a reproduce's copy of its reference) counts once; the records left out of
-a history (those compared) take their copies with them. dew.bench.analysis.history fits
-what this reads; dew.bench.analysis.history_scope chooses which files it reads.
+a history (those compared) take their copies with them. dew.bench.analysis.levels.history fits
+what this reads; dew.bench.analysis.levels.history_scope chooses which files it reads.
 """
 
 from __future__ import annotations
