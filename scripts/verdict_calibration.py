@@ -16,7 +16,9 @@ import argparse
 import sys
 
 SLOWER = ("results/runs/20261202-cpu-smoke-stats-opt0/step.json",
-          "results/runs/20261203T090404Z-cpu-smoke-aa-o0-cpu-8c7e84d/step.json")  # fmt: skip
+          "results/runs/20261203T090404Z-cpu-smoke-aa-o0-cpu-8c7e84d/step.json",
+          "results/runs/20261206T132422Z-small-f32-tpu-v5e-4a3ac6a/step.json",
+          "results/runs/20261206T235828Z-small-f32-tpu-v5e-0a1e23b/step.json")  # fmt: skip
 
 
 def main() -> int:
