@@ -7,9 +7,12 @@ import math
 import numpy as np
 import pytest
 
-from dew.bench.analysis import calibration, outliers
+from dew.bench.analysis import calibration, comparison, outliers
 from dew.bench.analysis.levels import row_noise, spread
+from dew.bench.analysis.repeats import step_repeat, summarize_step
 from dew.bench.analysis.simulate import simulate
+from dew.bench.common.files import REPO_ROOT
+from dew.bench.record.schema import read_run
 
 TRIALS = 1500
 ALLOWED = 0.05 + 2 * math.sqrt(0.05 * 0.95 / TRIALS)  # 5%, less two simulation errors
@@ -86,3 +89,49 @@ def test_a_prior_may_widen_what_the_repeats_show_never_narrow_it():
     # a row as its history says keeps the history's weight
     var, df = row_noise.moderated(np.array([[1e-6]]), 3, np.array([[0.9e-6]]), 3, 0.001, 20.0)
     assert df[0, 0] == 24
+
+
+TABLE = REPO_ROOT / "results/runs/20261206T162051Z-small-tpu-v5e-04f0382/step.json"
+
+
+def _drawn_like(record, seed: int, repeats: int):
+    """An A/A partner of the v5e's 18-case table: each row drawn around its own level with
+    its own repeats' spread (flux_transformer's 4.8%, diffusion_gemma's 0.01%), its run
+    level 40% of that."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for row in record.rows:
+        logs = np.log([r.ms_per_step for r in row.repeats])
+        spread_ = max(float(np.std(logs, ddof=1)), 1e-4)
+        centre = float(np.mean(logs)) + rng.normal(0, 0.4 * spread_)
+        drawn = [step_repeat(math.exp(centre + rng.normal(0, spread_)), [1.0], None)
+                 for _ in range(repeats)]  # fmt: skip
+        rows.append(summarize_step(row, drawn))
+    return record.model_copy(update={"rows": rows})
+
+
+@pytest.mark.parametrize("repeats", [1, 3])
+def test_an_18_case_aa_pair_of_rows_at_their_own_noise_never_reads_a_change(repeats):
+    # At ec83e06 (14 rows without history shrunk with 20 df toward the four device-bound
+    # rows' 0.045%) these pairs read NOT REPRODUCED 17 of 20 times at 1 v 1, 10 at 3 v 3.
+    table = read_run(TABLE)
+    outcomes = [comparison.compare(_drawn_like(table, seed, repeats),
+                                   _drawn_like(table, 100 + seed, repeats)).outcome
+                for seed in range(10)]  # fmt: skip
+    assert "NOT REPRODUCED" not in outcomes, outcomes
+
+
+def test_a_repeat_off_in_a_real_record_is_named_in_the_first_line():
+    # the float32 run of 4a3ac6a: hybrid_dit's third repeat 6.85 ms against 6.09 and 6.09
+    from dew.bench.analysis import compare_report
+
+    runs = REPO_ROOT / "results" / "runs"
+    run = read_run(runs / "20261206T132422Z-small-f32-tpu-v5e-4a3ac6a" / "step.json")
+    ref = read_run(runs / "20261206T161309Z-small-aa1-tpu-v5e-04f0382" / "step.json")
+    cmp = comparison.compare(run, ref)
+    line = compare_report.headline(cmp)
+    assert "A repeat stands out: hybrid_dit repeat 3 of 3 in the run reads +12.4%" in line, line
+    assert "more repeats of that row" in line
+    assert [(o.label, o.side, o.index) for o in cmp.outliers] == [("hybrid_dit", "run", 3)]
+    row = next(r for r in cmp.counted if r.label == "hybrid_dit")
+    assert any("kept, and named" in note for note in row.notes)
