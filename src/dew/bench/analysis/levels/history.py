@@ -11,27 +11,13 @@ records of the same diff (its hash), and without one are left out. Records that 
 stack identity (commit, packages, driver, Python, environment flags, code from outside
 dew, the measuring settings; a loader's rows) and a device identity (device kind and
 count, and the cards' UUIDs where there are any) are A/A records: the same thing measured
-at different times. Each such group is fitted as a two-way random-effects table on the logs
-of the repeat figures:
-
-- the **process level** σ_p: the variance within a record's repeats of a row, pooled;
-- the **shift** σ_s: what a whole record shares (the record effects of an additive fit of
-  the rows' means, less what the rows' own noise explains);
-- the **run level** σ_b: a row's own run-to-run part (the fit's residuals, less the
-  processes' share).
-
-Method of moments: the run level and the shift are each a mean square less another's share
-(the residuals' less the processes'; the records' effects less the residuals'), both pooled
-unclipped over the groups of a kind by the first's degrees of freedom (clipping each first
-biases upward), and only then read by dew.bench.analysis.judge.component: Satterthwaite's
-degrees of freedom for the difference, and a level estimated below its standard error read
-as that standard error (never as a known 0; `floored` in the table names them).
-Each row's own levels shrink toward its kind's (empirical Bayes, the kind's level worth
-PRIOR_DF degrees of freedom), never the larger of two noisy estimates. Records listed in
-results/superseded.json (each for a cause a commit removed) stay records but leave the
-fit, named under their kind's `superseded`. A kind with no history gets a stated weak
-prior (dew.bench.analysis.levels.noise), never another kind's levels. --write caches the fit of
-the committed records in results/noise.json (a test checks it is current).
+at different times. Each such group is fitted as dew.bench.analysis.levels.fit says (the
+process level, the shift and the run level by the method of moments; each row's own).
+Records listed in results/superseded.json (each for a cause a commit removed) stay records
+but leave the fit, named under their kind's `superseded`. A kind with no history gets a
+stated weak prior (dew.bench.analysis.levels.noise), never another kind's levels. --write
+caches the fit of the committed records in results/noise.json (a test checks it is
+current). The history's names (fit's and history_records') are read through this module.
 """
 
 from __future__ import annotations
