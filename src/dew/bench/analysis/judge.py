@@ -192,6 +192,7 @@ def judge_arrays(d, process_var, process_df, run_var, run_df, shift_var, shift_d
     shift = {"estimate": nan, "low": nan, "high": nan, "p": nan, "word": np.full(trials, -1),
              "word_unbiased": np.full(trials, -1)}  # fmt: skip
     no_bias = np.zeros(d.shape)
+    biased = bool(np.any(run_bias) or np.any(ref_bias))  # else the unbiased words are these
     if rows >= MIN_ROWS_FOR_SHIFT:
         middle = np.median(d, axis=1)
         median_var, median_df = median_variance(own, own_df)
@@ -217,18 +218,23 @@ def judge_arrays(d, process_var, process_df, run_var, run_df, shift_var, shift_d
 
         # a row's change against the shift is wrong by its own sides' bias and the
         # median's: a busy side on other rows moves the shift it is judged against
-        (_, _, s_p, s_word), (low, high, p_adjusted) = words(
-            (s_down, s_up), (run_bias + s_up[:, None], ref_bias + s_down[:, None])
+        unbiased_words = words((0.0, 0.0), (no_bias, no_bias))
+        (_, _, s_p, s_word), (low, high, p_adjusted) = (
+            words((s_down, s_up), (run_bias + s_up[:, None], ref_bias + s_down[:, None]))
+            if biased
+            else unbiased_words
         )
-        (s_low, s_high, _, s_unbiased), (u_low, u_high, u_p) = words((0.0, 0.0), (no_bias, no_bias))
+        (s_low, s_high, _, s_unbiased), (u_low, u_high, u_p) = unbiased_words
         shift = {"estimate": middle, "low": s_low, "high": s_high, "p": s_p, "word": s_word,
                  "word_unbiased": s_unbiased}  # fmt: skip
     else:
         tested = d
-        low, high, p = _test(d, total_var, total_df, run_bias, ref_bias)
-        p_adjusted = holm(p)
         u_low, u_high, u_p = _test(d, total_var, total_df)
         u_p = holm(u_p)
+        low, high, p_adjusted = u_low, u_high, u_p
+        if biased:
+            low, high, p = _test(d, total_var, total_df, run_bias, ref_bias)
+            p_adjusted = holm(p)
     total = (d, total_var, total_df, limit, alpha)
     word = _word(low, high, p_adjusted, alpha, limit)
     inside = _inside(*total, run_bias, ref_bias)
