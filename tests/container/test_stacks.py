@@ -149,6 +149,10 @@ def test_the_issue_command_line_parses():
         (["A", "B", "--architectures", "uvit", "--bogus", "1"], "unrecognized arguments: --bogus"),
         (["A", "B", "--architectures", "uvit", "--variant", "rocm"], "invalid choice: 'rocm'"),
         (["A", "B", "--architectures", "uvit", "--a-xla-flags"], "--a-xla-flags: expected one"),
+        # each flag blamed alone (--alpha 5 blamed --band too); TOST needs alpha under 0.5
+        (["A", "B", "--architectures", "uvit", "--alpha", "5"], r"^--alpha 5 is not a signif"),
+        (["A", "B", "--architectures", "uvit", "--alpha", "0.5"], r"in \(0, 0.5\)"),
+        (["A", "B", "--architectures", "uvit", "--band", "0"], r"^--band 0 is not a percentage"),
     ],
 )
 def test_bad_ab_input_is_one_line(argv, message):

@@ -219,3 +219,11 @@ def test_a_timing_that_is_no_measurement_is_refused_naming_the_file_and_field(
     assert compare_command.main([str(run), str(ref)]) == 2
     err = one_error_line(capsys)
     assert f"RUN {run}" in err and field in err, err
+
+
+@pytest.mark.parametrize("alpha", ["0.5", "0.7"])
+def test_an_alpha_the_equivalence_test_cannot_use_is_refused(records, capsys, alpha):
+    # TOST holds the 1 - 2 alpha interval inside the band: at 0.5 or above it has none
+    run, ref = records
+    assert compare_command.main([str(run), str(ref), "--alpha", alpha]) == 2
+    assert f"--alpha {alpha} is not a significance level in (0, 0.5)" in one_error_line(capsys)

@@ -394,8 +394,10 @@ def _ab(args: Args) -> int:
     alpha = plan.get("alpha", 0.05) if args.alpha is None else args.alpha
     if not 0 < band < 100:  # a NaN fails this too
         raise cli.UsageError(f"--band {band:g} is not a percentage in (0, 100)")
-    if not 0 < alpha < 1:
-        raise cli.UsageError(f"--alpha {alpha:g} is not a probability in (0, 1)")
+    if not 0 < alpha < 0.5:
+        raise cli.UsageError(f"--alpha {alpha:g} is not a significance level in (0, 0.5): "
+                             "the equivalence test holds the 1 - 2 alpha interval inside the "
+                             "band")  # fmt: skip
     outputs = {key: args.run_dir / name for key, name in OUTPUTS.items()}
     for path in outputs.values():  # before any work: nothing is half written
         files.check_output_file(path, flag=f"RUN_DIR/{path.name}", overwrite=args.overwrite)
