@@ -123,8 +123,10 @@ def parse_ab(argv: Sequence[str]) -> AbArgs:
     if not 0 < args.band < 100:  # a NaN fails these too
         raise UsageError(f"--band {args.band:g} is not a percentage in (0, 100)")
     if not 0 < args.alpha < 0.5:
-        raise UsageError(f"--alpha {args.alpha:g} is not a significance level in (0, 0.5): the "
-                         "equivalence test holds the 1 - 2 alpha interval inside the band")
+        raise UsageError(
+            f"--alpha {args.alpha:g} is not a significance level in (0, 0.5): the "
+            "equivalence test holds the 1 - 2 alpha interval inside the band"
+        )
     args.preset = args.preset or ("cpu-smoke" if args.variant == "cpu" else "small")
     return args
 

@@ -239,8 +239,10 @@ def _compare(args: Args) -> int:
     if args.band is not None and not 0 <= args.band < 100:  # a NaN fails this too
         raise UsageError(f"--band {args.band:g} is not a percentage in [0, 100)")
     if not 0 < args.alpha < 0.5:  # a NaN fails this too
-        raise UsageError(f"--alpha {args.alpha:g} is not a significance level in (0, 0.5): "
-                         "the equivalence test holds the 1 - 2 alpha interval inside the band")
+        raise UsageError(
+            f"--alpha {args.alpha:g} is not a significance level in (0, 0.5): "
+            "the equivalence test holds the 1 - 2 alpha interval inside the band"
+        )
     if not 0 < args.target_mde < 1000:
         raise UsageError(f"--target-mde {args.target_mde:g} is not a percentage in (0, 1000)")
     if args.run_noise is not None and not 0 <= args.run_noise < 100:
