@@ -7,13 +7,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dew.bench.common.arguments import OneLineParser
+from dew.bench.common.arguments import OneLineParser, check_xla_flags
 from dew.bench.common.errors import UsageError, check_count
 from dew.host.engine import ROOT, VARIANTS, image_exists
 from dew.host.image import image_from_ref
@@ -109,6 +110,8 @@ def parse_ab(argv: Sequence[str]) -> AbArgs:
         outside={name: [*parsed.outside, *getattr(parsed, f"{s}_outside")]
                  for name, s in sides.items()},
     )  # fmt: skip
+    for name in ("A", "B"):
+        check_xla_flags(f"--{name.lower()}-xla-flags", args.xla_flags[name])
     check_count("rounds", args.rounds, MIN_ROUNDS)
     if args.steps is not None:  # 0 is refused, not read as "the preset's"
         check_count("steps", args.steps, 1)
@@ -175,6 +178,21 @@ def resolve_side(engine, name: str, given: str, variant: str) -> Side:
     )
 
 
+def check_side(name: str, given: str, variant: str) -> None:
+    """A side's stack checked with no engine, before any is chosen: a record file or a
+    commit resolves as resolve_side resolves it (a missing commit, a dirty or TPU record
+    refused); a name that looks like a commit (hex, 7 to 40 digits) and is none is refused;
+    anything else is left to the engine to find as an image."""
+    path = Path(given)
+    looks_like_commit = re.fullmatch(r"[0-9a-fA-F]{7,40}", given) is not None
+    known = git("rev-parse", "--verify", "--quiet", f"{given}^{{commit}}").returncode == 0
+    if given.endswith(".json") or path.is_file() or known:
+        resolve_side(None, name, given, variant)
+    elif looks_like_commit:
+        raise Unreproducible(f"{name} {given} is not a commit of this clone (git fetch the "
+                             "history that has it), nor a record file")  # fmt: skip
+
+
 def units(args: AbArgs) -> list[dict]:
     """One process each: an architecture (the preset's cases of it), one case or one step."""
     steps = [{"label": spec, "args": ["--step", spec]} for spec in args.step_factories]
@@ -197,7 +215,8 @@ def tool_flags(args: AbArgs) -> list[str]:
 
 def check_cases(python: str, args: AbArgs) -> None:
     """Every unit's cases checked by this checkout's step tool (--check-only: the names, the
-    preset, each model's config) in `python`, a venv with dew, before any image is built;
+    preset, each model's config; each side's XLA flags, which JAX must start with) in
+    `python`, a venv with dew, before any image is built;
     UsageError with the tool's line. Skipped with code from outside dew: its architectures
     and steps are known only once it is installed beside a side's stack."""
     if any(args.outside.values()):
@@ -207,13 +226,19 @@ def check_cases(python: str, args: AbArgs) -> None:
     checks = [["--architectures", *names]] if names else []
     checks += [["--cases", json.dumps(args.cases)]] if args.cases else []
     checks += [["--step", spec] for spec in args.step_factories]
-    for unit_args in checks:
+    # a side's XLA flags, checked by JAX starting with them (garbage ends its start)
+    runs = [(unit_args, "", "") for unit_args in checks] + [
+        (checks[0], f"--{name.lower()}-xla-flags: ", args.xla_flags[name])
+        for name in ("A", "B") if args.xla_flags[name] and checks]  # fmt: skip
+    for unit_args, which, flags in runs:
         argv = [python, str(ROOT / TOOL), *tool_flags(args), *unit_args, "--check-only"]
         env = {**os.environ, "JAX_PLATFORMS": "cpu"}  # names and configs only: no device
+        if flags:
+            env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {flags}".strip()
         done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env)
         if done.returncode != 0:
             lines = done.stderr.strip().splitlines() or [f"exit {done.returncode}"]
-            raise UsageError(lines[-1].removeprefix(f"{TOOL}: error: "))
+            raise UsageError(which + lines[-1].removeprefix(f"{TOOL}: error: "))
 
 
 def order(round_index: int, unit_index: int) -> tuple[str, str]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -97,9 +98,19 @@ def spec_from_record(record: dict, origin: str, root: Path = ROOT) -> StackSpec:
             f"{origin} is a published record: it states commit {commit[:7]} but no lock, "
             "Dockerfile or base, so its stack cannot be rebuilt"
         )
+    variant = stack.recorded_variant(record)
+    if variant == stack.TPU_HOST:
+        rerun = " ".join(["python3.11 tools/benchmark_step.py",
+                          *map(_quoted, settings_args(record.get("settings") or {}))])  # fmt: skip
+        raise Unreproducible(
+            f"{origin} ran on {stack.host_stack_line(record)}, not in an image, and dew rebuilds "
+            f"stacks as images: rerun it on a TPU host with the bundle built at {commit[:7]} "
+            f"(docs/tpu-install.md), `{rerun} --json-out NEW.json`, then `dew compare "
+            "NEW.json` against it"
+        )
     full = resolve_commit(commit, origin, root)
     container = dict(environment.get("container") or {})
-    return StackSpec(full, stack.recorded_variant(record), origin, container, from_record=True)
+    return StackSpec(full, variant, origin, container, from_record=True)
 
 
 def stack_parts(record: dict, root: Path = ROOT) -> tuple[list[str], list[str]]:
@@ -197,6 +208,10 @@ def remove_built(engine, built: Sequence[str]) -> None:
 
 
 # --- the step tool with a record's settings ------------------------------------------------------
+
+
+def _quoted(arg: str) -> str:
+    return shlex.quote(arg)
 
 
 def settings_args(settings: dict) -> list[str]:

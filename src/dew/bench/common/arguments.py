@@ -69,3 +69,13 @@ class OneLineParser(argparse.ArgumentParser):
         """A session's own flags out of `argv`, and the rest, in order, for the tool it runs
         (whose parser checks them): `nox -s bench-gpu -- --variant cuda12 --steps 50`."""
         return self.parse_known_args(join_dash_values(argv, self.string_flags()))
+
+
+def check_xla_flags(flag: str, value: str | None) -> None:
+    """XLA flags as XLA reads them from XLA_FLAGS: words that begin with `--`. XLA takes a
+    value of one other word for a file of flags, and ignores a stray word after real flags,
+    so neither is a flag a run could have meant; UsageError, one line."""
+    stray = [word for word in (value or "").split() if not word.startswith("--")]
+    if stray:
+        raise UsageError(f"{flag} {value!r}: {stray[0]!r} is no XLA flag (XLA flags are "
+                         "--name or --name=value words)")  # fmt: skip

@@ -10,7 +10,8 @@ The one notion of a stack's identity and differences, for every reader:
 - `rebuild_differences(environment, image, gpu_here)`: what of a record's stack a rebuilt
   image and this host do not match (`nox -s reproduce`);
 - `stack_parts(record, commit_here)`: which parts of a record's stack a clone can match;
-- `recorded_variant(record)`, `package_differences(recorded, here)`.
+- `recorded_variant(record)`, `host_stack(record)` (a TPU host's), `package_differences(recorded,
+  here)`.
 
 Standard library only: the noxfile and docker/ use it before any environment exists. A
 record is its JSON; a pydantic record is dumped to it at the door (`_plain`).
@@ -105,6 +106,7 @@ def stack_identity(a: dict, b: dict) -> list[tuple[str, Any, Any]]:
             "commit": _at(env, "code", "commit"),
             "package set": env.get("packages"),
             "python": env.get("python"),
+            "libtpu": _at(env, "backend", "libtpu"),
             "set of environment flags": env.get("env_flags"),
             "outside code": outside_commits(env) or None,
         }  # fmt: skip
@@ -217,13 +219,48 @@ def _short(commit: str | None) -> str:
     return commit[:7] if commit else ""
 
 
+TPU_HOST = "tpu-host"  # a TPU host's own Python, jax, jaxlib and libtpu, and dew's bundle
+
+
 def recorded_variant(record: dict) -> str:
-    """The lock a record's stack was built from (locks/<variant>.txt): the container's, else
-    cuda13 for a GPU run and cpu for the rest."""
+    """The stack a record ran on: its container's lock (locks/<variant>.txt); outside one,
+    a TPU host's own (TPU_HOST: the host's jax beside the bundle of locks/tpu-host.txt,
+    host_stack), cuda13 for a GPU run and cpu for the rest."""
     environment = record.get("environment") or {}
     container = environment.get("container") or {}
-    on_gpu = ((environment.get("devices") or {}).get("platform") or "") in ("gpu", "cuda")
-    return container.get("variant") or ("cuda13" if on_gpu else "cpu")
+    platform = (environment.get("devices") or {}).get("platform") or ""
+    if container.get("variant"):
+        return container["variant"]
+    if platform == "tpu":
+        return TPU_HOST
+    return "cuda13" if platform in ("gpu", "cuda") else "cpu"
+
+
+def host_stack(record: dict) -> dict[str, str | None]:
+    """A TPU host's stack as its record names it: the platform and device kind, the host's
+    Python, jax, jaxlib and libtpu, the bundle's lock and hash (package_sources), dew's
+    commit; what it did not record is None."""
+    environment = record.get("environment") or {}
+    packages = environment.get("packages") or {}
+    locks = {(source or {}).get("lock") for source in
+             (environment.get("package_sources") or {}).values()} - {None}  # fmt: skip
+    devices = environment.get("devices") or {}
+    return {
+        "platform": devices.get("platform"), "device": devices.get("kind"),
+        "python": environment.get("python"), "jax": packages.get("jax"),
+        "jaxlib": packages.get("jaxlib"),
+        "libtpu": (environment.get("backend") or {}).get("libtpu"),
+        "bundle lock": ", ".join(sorted(locks)) or None,
+        "commit": (environment.get("code") or {}).get("commit"),
+    }  # fmt: skip
+
+
+def host_stack_line(record: dict) -> str:
+    """`a TPU host's own stack: Python 3.11.7, jax 0.10.2, ...`, what host_stack names."""
+    stack = host_stack(record)
+    parts = [f"{name} {value}" for name, value in stack.items()
+             if value and name not in ("platform", "commit")]  # fmt: skip
+    return "a TPU host's own stack: " + ", ".join(parts)
 
 
 def stack_parts(record: dict, commit_here: Callable[[str], bool]) -> tuple[list[str], list[str]]:
@@ -246,7 +283,9 @@ def stack_parts(record: dict, commit_here: Callable[[str], bool]) -> tuple[list[
         unmatched.append("code: the tree was dirty; the change is not in the record")
     elif code.get("dirty") is None:
         unmatched.append("code: whether the tree was dirty is not recorded")
-    if not container:
+    if not container and recorded_variant(record) == TPU_HOST:
+        matched.append(f"stack: {host_stack_line(record)}")
+    elif not container:
         unmatched.append("container: none recorded (no image, lock hash, Dockerfile or base)")
     for name in ("lock_sha256", "dockerfile_sha256", "base_image_digest"):
         if container and not container.get(name):
@@ -298,6 +337,9 @@ def stack_differences(run: Any, ref: Any) -> tuple[list[StackDifference], list[s
     known("CUDA", ea.get("cuda_version"), eb.get("cuda_version"))
     known("cuDNN", ea.get("cudnn_version"), eb.get("cudnn_version"))
     known("python", ea.get("python"), eb.get("python"))
+    known("libtpu", _at(ea, "backend", "libtpu"), _at(eb, "backend", "libtpu"))
+    bundles = [host_stack({"environment": env})["bundle lock"] for env in (ea, eb)]
+    known("bundle lock", *bundles)
     # A record without the lock ran with the card's own clocks (--lock-clocks off).
     clocks = [(_at(env, "locked_clocks", "mode") or "off") for env in (ea, eb)]
     known("GPU clocks locked", *clocks)

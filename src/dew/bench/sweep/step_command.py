@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from dew.bench.common import cli
+from dew.bench.common.arguments import check_xla_flags
 from dew.bench.common.errors import faults
 from dew.bench.common.files import check_output_dir, check_output_file, one_writer
 from dew.bench.runtime import hostprobe
@@ -75,6 +76,7 @@ def options_from(args: Args) -> tuple[Options, tuple[presets.Case, ...]]:
     cli.check_count("steps", args.steps, 1)
     check_repeats(args)
     cli.check_count("warmup", args.warmup, 0)
+    check_xla_flags("--xla-flags", args.xla_flags)
     if args.case_timeout is not None and not 0 < args.case_timeout < float("inf"):  # NaN too
         raise cli.UsageError(
             f"--case-timeout {args.case_timeout:g} is not a number of seconds; give one above "

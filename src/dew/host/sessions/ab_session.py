@@ -14,7 +14,14 @@ from pathlib import Path
 
 from dew.bench.common.errors import UsageError
 from dew.host import replay
-from dew.host.ab_rounds import ab_parser, check_cases, parse_ab, resolve_side, run_rounds
+from dew.host.ab_rounds import (
+    ab_parser,
+    check_cases,
+    check_side,
+    parse_ab,
+    resolve_side,
+    run_rounds,
+)
 from dew.host.benchmarks import SMOKE_ENV
 from dew.host.engine import ROOT, EngineError
 from dew.host.runner import new_run_dir
@@ -27,11 +34,16 @@ def help_text(prog: str = "nox -s ab --") -> str:
 
 
 def check_arguments(argv: list[str], python: str, name: str = "ab") -> None:
-    """Every argument checked, the cases by `python`'s dew (the dew command checks before it
-    starts nox; the session checks the same before its first image); one line, exit 2."""
+    """Every argument checked: each side a record or commit that resolves (or left to the
+    engine as an image), the cases and each side's XLA flags by `python`'s dew (the dew
+    command checks before it starts nox; the session checks the same before its first
+    image); one line, exit 2."""
     try:
-        check_cases(python, parse_ab(argv))
-    except UsageError as error:
+        args = parse_ab(argv)
+        for side, given in (("A", args.a), ("B", args.b)):
+            check_side(side, given, args.variant)
+        check_cases(python, args)
+    except (UsageError, EngineError) as error:
         replay.usage(name, str(error))
 
 

@@ -32,9 +32,15 @@ def help_text(prog: str = "nox -s reproduce --") -> str:
 
 def check_arguments(argv: list[str], python: str) -> None:
     """Every argument checked before nox starts (the dew command's): the one record, a step
-    record, and with --interleaved the A/B it becomes; one line, exit 2."""
+    record whose stack this host can build (stack_images.spec_from_record: a commit of this
+    clone, a clean tree, an image's stack), and with --interleaved the A/B it becomes; one
+    line, exit 2."""
     record_path, sources, rounds = replay.parse_reproduce(argv)
-    _, settings, _ = replay.read_step_record("reproduce", record_path)
+    record, settings, _ = replay.read_step_record("reproduce", record_path)
+    try:
+        stack_images.spec_from_record(record, f"RECORD {record_path}")
+    except EngineError as error:
+        replay.usage("reproduce", str(error))
     if rounds:
         argv = replay.interleaved_args(record_path, settings, sources, rounds)
         check_arguments_ab(argv, python, name="reproduce")
