@@ -11,7 +11,7 @@ through dew.bench.analysis.judge, the rules compare applies, in the GPU and
 CPU regimes (the run level above the process level too, the history well known or barely),
 1-vs-1 and one-process references, interleaved rounds, one row changed or the whole table.
 
-(c) **The committed records** (`pairs`): every ordered pair of A/A records under results/
+(c) **The committed records** (`pairs`): every ordered pair of committed A/A records (history_scope)
 (dew.bench.analysis.levels.history's groups) through the real compare at the levels fitted from
 that history, and each record made with a known slower setting (-O0 in XLA_FLAGS on CPU,
 float32 on the v5e) against
@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from dew.bench.analysis import comparison, judge, stats
-from dew.bench.analysis.levels import history, history_scope, noise
+from dew.bench.analysis.levels import history, history_records, history_scope, noise
 from dew.bench.analysis.simulate import (
     ALPHA,
     HISTORY_REPEATS,
@@ -277,7 +277,8 @@ def pairs(slower: Sequence[str] = ()) -> tuple[list[Pair], list[Pair]]:
     """Every ordered pair of the A/A groups under results/ through the real compare (the
     levels fitted from results/ less the pair), and each known-slower record against every
     record of its stack but for the slower setting that shares its rows."""
-    records = history.read(history.HISTORY)
+    # the records compare's own history reads: the committed ones (history_scope)
+    records = history_records.leave_out(history_scope.split_committed(history.HISTORY)[1])[0]
     groups: dict[str, list[str]] = {}
     for path, record in records:
         groups.setdefault(history.identity(record), []).append(path)

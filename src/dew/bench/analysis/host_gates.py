@@ -111,8 +111,8 @@ def repeat_bias(repeat, cores: int | None, device_is_host: bool) -> float:
     """How much slower (log scale) than its stack a repeat may have read because the host was
     busy: log(1 + share · s), share the part of the step that is the host's (host_share)
     and s what other work of L cores could take from it on a host of C. Where it and the
-    row's own process (u cores: measured over its window; all C where the device is the
-    host, one, the dispatch thread, where a record did not measure it) fit in the host,
+    row's own process (u cores: all C where the device is the host, else measured over its
+    window, or one, the dispatch thread, where a record did not measure it) fit in the host,
     the scheduler keeps them apart and the other work takes at most its share of what they
     share, L/C; where they do not, a thread of the row may share a core with it and lose
     as much as the overflow, L + u - C, up to all of L (and never more than all of one
@@ -123,9 +123,13 @@ def repeat_bias(repeat, cores: int | None, device_is_host: bool) -> float:
     load = repeat_load(repeat)
     if load is None or not cores:
         return math.inf
+    # Where the device is the host, the row's XLA threads want every core: what it measured
+    # beside the other work is what it got, not what it wanted.
     used = getattr(repeat, "host_cores", None)
-    if used is None:
-        used = cores if device_is_host else 1.0
+    if device_is_host:
+        used = cores
+    elif used is None:
+        used = 1.0
     overflow = min(1.0, load, max(0.0, load + used - cores))
     return math.log1p(host_share(repeat, device_is_host) * max(load / cores, overflow))
 

@@ -60,6 +60,20 @@ def committed(results: Path) -> list[Path] | None:
     return [results / name for name in names if name.endswith(".json")]
 
 
+def split_committed(results: Path) -> tuple[list[Path] | None, list, list]:
+    """The records under `results`, parsed, as (the files git tracks or None where it
+    cannot say, the committed records, the others): outside a checkout every record counts
+    as committed."""
+    tracked = committed(results)
+    parsed = history_records.parse(history_records.walk(results))
+    if tracked is None:
+        return None, parsed, []
+    mine = {p.resolve() for p in tracked}
+    root = history_records.REPO_ROOT
+    inside = [(p, r) for p, r in parsed if (root / p).resolve() in mine]
+    return tracked, inside, [(p, r) for p, r in parsed if (root / p).resolve() not in mine]
+
+
 @dataclasses.dataclass(frozen=True)
 class LeftOut:
     """What a comparison's history left out of the fit, and what it did not read."""
@@ -132,16 +146,12 @@ def kinds_table(history_dir: Path | None = None, exclude: Iterable[Path] = (), *
     root = history_records.REPO_ROOT  # the records' paths are named from it
     listed = read_superseded(fit.SUPERSEDED)
     gone = {} if with_superseded else listed.records
-    tracked = committed(fit.HISTORY) if history_dir is None else None
-    parsed = history_records.parse(history_records.walk(fit.HISTORY if history_dir is None
-                                        else Path(history_dir)))  # fmt: skip
-    uncommitted: list[str] = []
-    if tracked is not None:
-        mine = {p.resolve() for p in tracked}
-        inside = [(p, r) for p, r in parsed if (root / p).resolve() in mine]
-        others = [(p, r) for p, r in parsed if (root / p).resolve() not in mine]
-        uncommitted = [p for p, _ in history_records.leave_out(others, exclude)[0]]
-        parsed = inside
+    if history_dir is None:
+        tracked, parsed, others = split_committed(fit.HISTORY)
+    else:
+        tracked, others = None, []
+        parsed = history_records.parse(history_records.walk(Path(history_dir)))
+    uncommitted = [p for p, _ in history_records.leave_out(others, exclude)[0]]
     records, copies = history_records.leave_out(parsed, exclude)
     compared = {p.resolve() for p in exclude}
     left = LeftOut(
