@@ -32,7 +32,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
-from dew.telemetry import hlo_text
+from dew.telemetry import hlo_text, ragged_work
 from dew.telemetry.hlo_text import Computation, HloModule, HloParseError, Instruction
 from dew.telemetry.peaks import peak_bf16_flops
 from dew.telemetry.trip_count import trip_count
@@ -95,6 +95,8 @@ class FlopCount:
     body with trip count 8 counts 8). `unknown_custom_calls` names the custom-call targets the
     counter does not know: they are counted as 0, and listed so that nothing is lost silently;
     `unknown_custom_call_counts` gives each one's executions, counted like `op_counts`.
+    `work` is the work count (dew.telemetry.ragged_work), `work_unknown_custom_call_counts`
+    the calls it could not count.
     """
 
     total: float
@@ -102,6 +104,8 @@ class FlopCount:
     op_counts: dict[str, int]
     unknown_custom_calls: tuple[str, ...] = ()
     unknown_custom_call_counts: dict[str, int] = field(default_factory=dict)
+    work: float = 0.0
+    work_unknown_custom_call_counts: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -109,21 +113,29 @@ class _Tally:
     flops: dict[str, float] = field(default_factory=lambda: dict.fromkeys(KINDS, 0.0))
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
     unknown: dict[str, int] = field(default_factory=dict)  # target -> executions
+    work: float = 0.0
+    work_unknown: dict[str, int] = field(default_factory=dict)
 
     @property
     def total(self) -> float:
         return sum(self.flops.values())
 
-    def add_op(self, kind: str, flops: float) -> None:
+    def add_op(self, kind: str, flops: float, groups: int = 1) -> None:
         self.flops[kind] += flops
         self.counts[kind] += 1
+        self.work += flops / groups
 
     def add(self, other: _Tally, times: int = 1) -> None:
         for kind in KINDS:
             self.flops[kind] += other.flops[kind] * times
             self.counts[kind] += other.counts[kind] * times
-        for target, executions in other.unknown.items():
-            self.unknown[target] = self.unknown.get(target, 0) + executions * times
+        self.work += other.work * times
+        for mine, theirs in (
+            (self.unknown, other.unknown),
+            (self.work_unknown, other.work_unknown),
+        ):
+            for target, executions in theirs.items():
+                mine[target] = mine.get(target, 0) + executions * times
 
 
 def hlo_flops(hlo: str, *, causal_factor: float = 1.0) -> FlopCount:
@@ -142,6 +154,8 @@ def hlo_flops(hlo: str, *, causal_factor: float = 1.0) -> FlopCount:
         op_counts=dict(tally.counts),
         unknown_custom_calls=tuple(sorted(tally.unknown)),
         unknown_custom_call_counts=dict(sorted(tally.unknown.items())),
+        work=tally.work,
+        work_unknown_custom_call_counts=dict(sorted(tally.work_unknown.items())),
     )
 
 
@@ -214,9 +228,11 @@ class _Counter:
             if opcode == "dot":
                 tally.add_op("dot", _dot_flops(computation, instruction))
             elif opcode == "ragged-dot":
-                tally.add_op("ragged_dot", _dot_flops(computation, instruction))
+                groups = ragged_work.ragged_dot_groups(computation, instruction)
+                tally.add_op("ragged_dot", _dot_flops(computation, instruction), groups)
             elif opcode == "convolution":
-                tally.add_op("convolution", _convolution_flops(computation, instruction))
+                groups = ragged_work.expanded_ragged_groups(instruction)
+                tally.add_op("convolution", _convolution_flops(computation, instruction), groups)
             elif opcode == "custom-call":
                 self._custom_call(computation, instruction, tally)
             elif opcode in ("fusion", "async-start"):
@@ -248,6 +264,11 @@ class _Counter:
             tally.add_op("cudnn_fmha", flops)
         elif target not in ZERO_FLOP_TARGETS:
             tally.unknown[target] = tally.unknown.get(target, 0) + 1
+            stated = ragged_work.call_flops(target, instruction)
+            if stated is None:
+                tally.work_unknown[target] = tally.work_unknown.get(target, 0) + 1
+            else:
+                tally.work += stated
 
 
 def _required(instruction: Instruction, pattern: re.Pattern[str], what: str) -> str:

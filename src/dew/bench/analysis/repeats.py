@@ -64,7 +64,7 @@ def summarize_step(
     update: dict[str, Any] = {"repeats": repeats, "ms_per_step": ms}
     for name, q in (("p10_ms", 10), ("p50_ms", 50), ("p90_ms", 90)):
         update[name] = float(np.median([np.percentile(s, q) for s in samples if len(s)]))
-    for name in ("samples_per_s", "tokens_per_s", "util"):  # each inversely to the step time
+    for name in ("samples_per_s", "tokens_per_s", "util", "work_util"):  # inversely to time
         value = getattr(row, name)
         if value is not None and row.ms_per_step:
             update[name] = value * row.ms_per_step / ms

@@ -24,13 +24,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from dew.bench.analysis.matching import same_gflop
 from dew.bench.record.schema import BenchmarkRun, DataRow, StepRow
 from dew.bench.record.stack import NOT_RECORDED
 
 FORMATS = ("tsv", "md", "aligned")
 # Left out first when a terminal is too narrow: the least read, the row's name never.
 NARROW_DROPS = ("sample", "p10 / p50 / p90 ms", "compile s", "params", "peak GiB", "util",
-                "GFLOP/step", "samples/s", "batch")  # fmt: skip
+                "work GFLOP", "GFLOP/step", "samples/s", "batch", "work util")  # fmt: skip
 MISSING = "—"
 COLUMN_NAMES = {  # a record field as a comparison names it
     "ms_per_step": "ms/step",
@@ -146,6 +147,7 @@ def step_table(rows: Sequence[StepRow], fmt: str = "tsv", *, compile_only: bool 
             ]
         )
     headers = list(COMPILE_HEADERS if compile_only else STEP_HEADERS)
+    headers, body = _work_columns(rows, body, headers, compile_only)
     headers, body = _noise_columns(rows, body, headers, compile_only)
     if fmt == "terminal":
         return terminal_table(headers, body)
@@ -262,6 +264,30 @@ def wrapped(text: str, width: int, indent: str = "") -> str:
 def _aligned_width(headers: list[str], body: list[list[str]]) -> int:
     first = table(headers, body, "aligned").splitlines()[1]  # the rule under the header
     return len(first)
+
+
+def departs(row: StepRow) -> bool:
+    """Whether the row's work count differs from its GFLOP/step (a ragged dot over every
+    group, a Mosaic call's stated cost: docs/conventions.md, "work GFLOP")."""
+    work, flops = row.work_gflop_per_step, row.gflop_per_step
+    return work is not None and (flops is None or not same_gflop(work, flops))
+
+
+def _work_columns(rows, body, headers, compile_only):
+    """The work count and its util beside GFLOP/step and util, when a row's departs from
+    its GFLOP/step: a table without such a row is the seed's."""
+    if not any(row.status == "ok" and departs(row) for row in rows):
+        return headers, body
+    at = headers.index("GFLOP/step") + 1
+    added = ["work GFLOP"] if compile_only else ["work GFLOP", "util", "work util"]
+    headers[at : at + (0 if compile_only else 1)] = added
+    for row, cells in zip(rows, body, strict=True):
+        if row.status == "ok":
+            shown = [num(row.work_gflop_per_step)]
+            if not compile_only:
+                shown += [percent(row.util), percent(row.work_util)]
+            cells[at : at + (0 if compile_only else 1)] = shown
+    return headers, body
 
 
 def _noise_columns(rows, body, headers, compile_only):

@@ -222,6 +222,8 @@ def measure(
     flops = figures.gflop_per_step  # per device, like the peak it is divided by
     kind = devices[0].device_kind
     figures.util = mfu(flops * 1e9 if flops is not None else None, step_s, kind)
+    work = figures.work_gflop_per_step
+    figures.work_util = mfu(work * 1e9 if work is not None else None, step_s, kind)
     figures.note = join(figures.note, no_peak_reason(kind))  # a MIG slice: util null, and why
     local = [d for d in devices if d.process_index == jax.process_index()]
     peaks = [peak_bytes_in_use(d) for d in local]

@@ -22,8 +22,8 @@ from dew.bench.common.units import GIB
 
 def program_labels(compiled) -> dict[str, Any]:
     """The StepRow fields read from a compiled step (`jax.stages.Compiled`): gflop_per_step,
-    uncounted_custom_calls, cost_analysis_gflop, fingerprint (plain JSON: they cross a
-    pipe), flops_error and compiler_peak_gib."""
+    uncounted_custom_calls, the work count's two (work_...), cost_analysis_gflop,
+    fingerprint (plain JSON: they cross a pipe), flops_error and compiler_peak_gib."""
     from dew.telemetry.fingerprint import compiled_fingerprint
     from dew.telemetry.instrumentation import compiled_flop_count, cost_analysis_flops
     from dew.telemetry.memory import compiler_memory
@@ -50,11 +50,14 @@ def program_labels(compiled) -> dict[str, Any]:
 
 
 def flop_figures(count) -> dict[str, Any]:
-    """The row's FLOP fields from a dew.telemetry FlopCount: GFLOP/step and, never silently
-    zero, each custom-call target the count could not count with its executions per step."""
+    """The row's FLOP fields from a dew.telemetry FlopCount: GFLOP/step and the work count's
+    GFLOP/step and, never silently zero, each custom-call target either count could not
+    count with its executions per step."""
     return {
         "gflop_per_step": count.total / 1e9,
         "uncounted_custom_calls": dict(count.unknown_custom_call_counts),
+        "work_gflop_per_step": count.work / 1e9,
+        "work_uncounted_custom_calls": dict(count.work_unknown_custom_call_counts),
     }
 
 

@@ -220,6 +220,20 @@ class StepRow(_Row):
     gflop_per_step: NonNegFloat | None = None
     cost_analysis_gflop: NonNegFloat | None = None
     util: Annotated[float, Field(ge=0, le=1.5)] | None = None
+    work_gflop_per_step: NonNegFloat | None = Field(
+        default=None,
+        description="the work count: gflop_per_step's walk with each ragged dot counted by "
+        "its groups (the rows routed, not every group's) and a Mosaic call "
+        "(tpu_custom_call) from the cost it states; null when not counted",
+    )
+    work_util: Annotated[float, Field(ge=0, le=1.5)] | None = Field(
+        default=None, description="util on work_gflop_per_step"
+    )
+    work_uncounted_custom_calls: dict[str, NonNegInt] | None = Field(
+        default=None,
+        description="custom-call target -> executions per step that the work count could "
+        "not count (counted as 0); {} when there are none, null when not counted",
+    )
     peak_gib: NonNegFloat | None = None
     compiler_peak_gib: NonNegFloat | None = None
     compile_s: NonNegFloat | None = Field(
