@@ -88,7 +88,9 @@ def test_dew_variables_win_over_jax_variables():
             "DEW_HEARTBEAT_TIMEOUT_S": "15",
         }
     )
-    assert cluster == distributed.Cluster("env", "10.0.0.1:1234", 4, 3, 300, 15, "10.0.0.1")
+    assert cluster == distributed.Cluster(
+        "env", "10.0.0.1:1234", 4, 3, 300, 15, "10.0.0.1", coordinator_port=1234, index=3
+    )
 
 
 def test_slurm_step_of_several_tasks_is_left_to_jax_detection():

@@ -26,10 +26,15 @@ starts. A dead peer must not hang the others: the runtime's heartbeat timeout
 (DEW_HEARTBEAT_TIMEOUT_S, default 30) makes every other process stop, and the initial
 join gives up after DEW_INIT_TIMEOUT_S (default 300): first waiting for the coordinator's
 name to resolve (a pod 0 still being scheduled has none yet; JAX's own Kubernetes detection
-gives up after about a minute), then for the first connection. Before the runtime's own
-reaction (a fatal abort: a multi-line log and a stack dump), a PeerWatch stops the
-process with one line on stderr ("dew: process 0 of 2 stops: process 1 stopped answering
-15 s ago") and EXIT_PEER_LOST: under SLURM or Kubernetes that line is what a user reads.
+gives up after about a minute), then, in every process but the coordinator, for its port to
+accept a connection (a pod 0 that has its address but whose process has not started: its
+image still pulling), then for the whole cluster. Each wait ends in one line: the first two
+as DistributedSetupError, the last (a process waiting in JAX's join for a peer that never
+came) from a watch that stops the process with EXIT_PEER_LOST before JAX's own deadline,
+whose reaction is a fatal abort (exit 134, a multi-line log and a stack dump). After the
+join a PeerWatch does the same for a peer lost mid-run ("dew: process 0 of 2 stops:
+process 1 stopped answering 15 s ago"): under SLURM or Kubernetes that line is what a user
+reads.
 """
 
 from __future__ import annotations
@@ -47,6 +52,9 @@ INIT_TIMEOUT_S = 300
 HEARTBEAT_TIMEOUT_S = 30
 SHUTDOWN_TIMEOUT_S = 30
 EXIT_PEER_LOST = 3  # a process stopped because the run lost a peer (or its coordinator)
+# JAX's join is given this much longer than DEW_INIT_TIMEOUT_S, so that dew's one line,
+# not JAX's abort, ends a join that never completes.
+JOIN_GRACE_S = 15
 # (dew's name, JAX's name) for each setting; dew's wins where both are set.
 # JAX's cluster_detection_method for each of dew's methods: "deactivate" where dew gives
 # every setting; None (try each) for Kubernetes, whose detection JAX gives no name.
@@ -67,7 +75,10 @@ class DistributedSetupError(ValueError):
 class Cluster:
     """How this process joins: `method` is "env", "slurm", "gke-tpu" or "kubernetes"; under
     the last three JAX reads the coordinator, count and id itself (None here).
-    `coordinator_host`: the name to wait for before joining, where dew knows it."""
+    `coordinator_host`: the name to wait for before joining, where dew knows it;
+    `coordinator_port` (env; else JAX's port for the method, read when joining) and
+    `index`, this process's id where the environment says it: every process but 0 waits
+    for the coordinator's port before it joins."""
 
     method: str
     coordinator_address: str | None = None
@@ -76,6 +87,8 @@ class Cluster:
     init_timeout_s: int = INIT_TIMEOUT_S
     heartbeat_timeout_s: int = HEARTBEAT_TIMEOUT_S
     coordinator_host: str | None = None
+    coordinator_port: int | None = None
+    index: int | None = None
 
 
 def _first(environ: Mapping[str, str], names: tuple[str, ...]) -> tuple[str, str] | None:
@@ -128,17 +141,26 @@ def detect(environ: Mapping[str, str] | None = None) -> Cluster | None:
             raise DistributedSetupError(
                 f"{found['coordinator_address'][0]}={address!r} needs a port (host:port)"
             )
-        host = address.rsplit(":", 1)[0]
-        return Cluster("env", address, count, int(id_text), **timeouts, coordinator_host=host)
+        host, port = address.rsplit(":", 1)
+        if not port.isdigit():
+            raise DistributedSetupError(
+                f"{found['coordinator_address'][0]}={address!r}: the port {port!r} is not a number"
+            )
+        return Cluster(
+            "env", address, count, int(id_text), **timeouts, coordinator_host=host,
+            coordinator_port=int(port), index=int(id_text),
+        )  # fmt: skip
     if environ.get("SLURM_JOB_ID") and _slurm_tasks(environ) > 1:
         return Cluster("slurm", **timeouts)
     if environ.get("DEW_CLUSTER", "").strip() == "gke-tpu":
         return _gke_tpu(environ, timeouts)
     if environ.get("KUBERNETES_SERVICE_HOST") and _has_kubernetes_client():
         job, jobset = environ.get("DEW_JOB_NAME", ""), environ.get("DEW_JOBSET_NAME", "")
-        # Where JAX's detection puts the coordinator in a JobSet: pod 0 of the Job.
+        # Where JAX's detection puts the coordinator in a JobSet: pod 0 of the Job; and the
+        # process id it reads, the Job controller's completion index.
         host = f"{job}-0.{jobset}" if job and jobset else None
-        return Cluster("kubernetes", **timeouts, coordinator_host=host)
+        index = _index(environ, "JOB_COMPLETION_INDEX")
+        return Cluster("kubernetes", **timeouts, coordinator_host=host, index=index)
     if environ.get("DEW_CLUSTER", "").strip() == "kubernetes":
         # dew's manifests (--detection jax) say the pod must join: never run it alone
         raise DistributedSetupError(
@@ -159,10 +181,21 @@ def _gke_tpu(environ: Mapping[str, str], timeouts: dict) -> Cluster | None:
             "sets them in the pods of a TPU slice node pool (cloud.google.com/gke-tpu-* node "
             "selectors, google.com/tpu requested); run the manifests on one"
         )
-    hosts = [name for name in found[1].split(",") if name.strip()]
+    hosts = [name.strip() for name in found[1].split(",") if name.strip()]
     if len(hosts) == 1:
         return None
-    return Cluster("gke-tpu", **timeouts)
+    if environ.get("MEGASCALE_COORDINATOR_ADDRESS", "").strip():  # several slices: JAX's own
+        return Cluster("gke-tpu", **timeouts)
+    # JAX's GkeTpuCluster: the coordinator is the first host (its port JAX's), process id
+    # TPU_WORKER_ID.
+    host = hosts[0].split(":")[0]
+    index = _index(environ, "TPU_WORKER_ID")
+    return Cluster("gke-tpu", **timeouts, coordinator_host=host, index=index)
+
+
+def _index(environ: Mapping[str, str], name: str) -> int | None:
+    text = environ.get(name, "").strip()
+    return int(text) if text.isdigit() else None
 
 
 def _slurm_tasks(environ: Mapping[str, str]) -> int:
@@ -193,17 +226,93 @@ def initialize(environ: Mapping[str, str] | None = None) -> Cluster | None:
     deadline = time.monotonic() + cluster.init_timeout_s  # one budget for the whole join
     if cluster.coordinator_host:
         wait_for_name(cluster.coordinator_host, cluster.init_timeout_s)
-    jax.distributed.initialize(
-        coordinator_address=cluster.coordinator_address,
-        num_processes=cluster.num_processes,
-        process_id=cluster.process_id,
-        cluster_detection_method=JAX_DETECTION[cluster.method],
-        initialization_timeout=max(1, round(deadline - time.monotonic())),
-        heartbeat_timeout_seconds=cluster.heartbeat_timeout_s,
-        shutdown_timeout_seconds=SHUTDOWN_TIMEOUT_S,
-    )
+        port = cluster.coordinator_port or _jax_port(cluster.method)
+        if port is not None and cluster.index not in (None, 0):  # 0 is the coordinator
+            wait_for_port(cluster.coordinator_host, port, deadline - time.monotonic())
+    joined = _watch_join(cluster, deadline)
+    try:
+        jax.distributed.initialize(
+            coordinator_address=cluster.coordinator_address,
+            num_processes=cluster.num_processes,
+            process_id=cluster.process_id,
+            cluster_detection_method=JAX_DETECTION[cluster.method],
+            initialization_timeout=max(1, round(deadline - time.monotonic())) + JOIN_GRACE_S,
+            heartbeat_timeout_seconds=cluster.heartbeat_timeout_s,
+            shutdown_timeout_seconds=SHUTDOWN_TIMEOUT_S,
+        )
+    finally:
+        joined.set()
     watch_peers(cluster)
     return cluster
+
+
+def _jax_port(method: str) -> int | None:
+    """The coordinator's port JAX's own detection uses for `method` (None where JAX names
+    none, or no longer where dew reads it: the join then goes on without the port wait)."""
+    try:
+        if method == "kubernetes":
+            from jax._src.clusters.k8s_cluster import K8sCluster
+
+            return int(K8sCluster._coordinator_port)
+        if method == "gke-tpu":
+            from jax._src.clusters import cloud_tpu_cluster
+
+            return int(cloud_tpu_cluster.coordinator_port)
+    except (ImportError, AttributeError, ValueError):
+        return None
+    return None
+
+
+def wait_for_port(host: str, port: int, timeout_s: float, connect=None) -> None:
+    """Return once the coordinator accepts a connection on `port`; DistributedSetupError
+    after `timeout_s`. A pod 0 whose name resolves but whose process has not started (its
+    image still pulling, or it stopped) refuses or drops the connection; JAX's client would
+    wait out its whole timeout and then abort the process."""
+    connect = connect or socket.create_connection
+    deadline = time.monotonic() + max(0.0, timeout_s)
+    pause = 0.25
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            connect((host, port), max(0.1, min(5.0, left))).close()
+            return
+        except OSError as error:  # refused, unreachable, timed out
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise DistributedSetupError(
+                    f"the coordinator {host}:{port} (process 0) accepted no connection within "
+                    f"{max(0.0, timeout_s):.0f} s ({error.strerror or error}): its process has "
+                    "not started (pod 0 still pulling its image?) or has stopped; see its log "
+                    "(DEW_INIT_TIMEOUT_S sets the wait)"
+                ) from None
+        time.sleep(min(pause, left))
+        pause = min(pause * 2, 2.0)
+
+
+def _watch_join(cluster: Cluster, deadline: float) -> threading.Event:
+    """A thread that stops this process in one line, with EXIT_PEER_LOST, if the join has
+    not completed by `deadline` (set the event it returns once it has). JAX's own deadline
+    comes JOIN_GRACE_S later: its reaction is a fatal abort, exit 134, a multi-line log."""
+    joined = threading.Event()
+
+    def watch() -> None:
+        if joined.wait(max(0.0, deadline - time.monotonic())):
+            return
+        who = "this process"
+        if cluster.index is not None:
+            count = f" of {cluster.num_processes}" if cluster.num_processes else ""
+            who = f"process {cluster.index}{count}"
+        print(
+            f"dew: {who} stops: the cluster did not form within {cluster.init_timeout_s} s "
+            "(a process that never started or never joined: see the other processes' logs; "
+            "DEW_INIT_TIMEOUT_S sets the wait)",
+            file=sys.stderr,
+            flush=True,
+        )
+        os._exit(EXIT_PEER_LOST)  # the main thread is inside JAX's join and cannot be woken
+
+    threading.Thread(target=watch, name="dew-join-watch", daemon=True).start()
+    return joined
 
 
 def wait_for_name(host: str, timeout_s: float, resolve=None) -> None:

@@ -5,7 +5,10 @@ processes on loopback, each with a pod's variables. Without network the test is 
 unless CI=true, which makes that a failure.
 
 And JAX's own wait for pod 0's name, against dew's: JAX gives up after about a minute
-whatever the timeout (its retry loop sleeps at most ~57 s), dew waits DEW_INIT_TIMEOUT_S."""
+whatever the timeout (its retry loop sleeps at most ~57 s), dew waits DEW_INIT_TIMEOUT_S.
+And a pod whose peer never starts its process (pod 0 with its address but its image still
+pulling; pod 1 never there), run for real as the pod's own command with its variables:
+one line and a non-zero exit, not JAX's abort (exit 134, a multi-line log)."""
 
 import json
 import os
@@ -13,6 +16,7 @@ import re
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -192,6 +196,66 @@ def test_dew_waits_for_pod_0_as_long_as_the_join_timeout(monkeypatch):
     assert clock.now == pytest.approx(300)
     message = str(refused.value)
     assert "\n" not in message and f"name {host} did not resolve within 300 s" in message
+
+
+JOIN_S = 5  # DEW_INIT_TIMEOUT_S of the pods below: the test waits it out
+
+
+def run_pod_alone(index: int, tmp_path: Path) -> tuple[subprocess.CompletedProcess, float]:
+    """Pod `index` of a 2-host env-detection JobSet, running its container's command (the
+    step tool and the manifest's flags, the record moved under tmp_path) with its
+    variables, while the other pod never starts its process: nothing listens on the
+    coordinator's port."""
+    argv = ["--hosts", "2", "--devices-per-host", "8", "--image", IMAGE, "--detection", "env"]
+    manifests = kubernetes.manifests(kubernetes.parser().parse_args(argv))
+    [container] = kubernetes.pod_spec(kubernetes.parser().parse_args(argv))["containers"]
+    flags = list(container["args"])
+    flags[flags.index("--json-out") + 1] = str(tmp_path / "step.json")
+    environ = pod_environment(manifests, index, free_port())
+    environ |= {"DEW_INIT_TIMEOUT_S": str(JOIN_S), "HOME": str(tmp_path)}
+    environ["XDG_CACHE_HOME"] = str(tmp_path / ".cache")
+    command = [sys.executable, *container["command"][1:], *flags]
+    start = time.monotonic()
+    done = subprocess.run(command, cwd=REPO, env=environ, capture_output=True, text=True,
+                          timeout=240)  # fmt: skip
+    return done, time.monotonic() - start
+
+
+def test_a_pod_whose_coordinator_never_starts_stops_in_one_line(tmp_path):
+    done, seconds = run_pod_alone(1, tmp_path)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr[-3000:]
+    assert "the coordinator 127.0.0.1:" in lines[0], lines
+    assert "(process 0) accepted no connection within" in lines[0], lines
+    assert seconds < JOIN_S + 60, seconds
+    assert not (tmp_path / "step.json").exists()
+    print(f"{lines[0]} (exit 2 after {seconds:.1f} s)")
+
+
+def test_pod_0_whose_peer_never_starts_stops_in_one_line(tmp_path):
+    """The coordinator itself cannot wait on a port: it waits in JAX's join, which a watch
+    of dew's ends before JAX's own deadline."""
+    done, seconds = run_pod_alone(0, tmp_path)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == distributed.EXIT_PEER_LOST and len(lines) == 1, done.stderr[-3000:]
+    assert lines[0].startswith("dew: process 0 of 2 stops: the cluster did not form within 5 s")
+    assert "Terminating process because" not in done.stderr
+    assert seconds < JOIN_S + distributed.JOIN_GRACE_S + 60, seconds
+    print(f"{lines[0]} (exit 3 after {seconds:.1f} s)")
+
+
+def test_the_port_wait_ends_once_the_coordinator_listens_and_is_bounded():
+    """What the pods above take: the coordinator's port, waited for within the budget."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        distributed.wait_for_port("127.0.0.1", server.getsockname()[1], 5)  # returns at once
+    port = free_port()
+    start = time.monotonic()
+    with pytest.raises(distributed.DistributedSetupError) as refused:
+        distributed.wait_for_port("127.0.0.1", port, 1.5)
+    assert 1.5 <= time.monotonic() - start < 5
+    assert "\n" not in str(refused.value) and f"127.0.0.1:{port} (process 0)" in str(refused.value)
 
 
 def test_the_pods_wait_and_the_jobs_deadline_share_one_join_budget():
