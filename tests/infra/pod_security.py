@@ -1,6 +1,7 @@
-"""The Pod Security Standards' "restricted" level (kubernetes.io/docs/concepts/security/
-pod-security-standards, which includes every "baseline" control), as a namespace labelled
-`pod-security.kubernetes.io/enforce: restricted` admits pods, checked offline on a pod spec.
+"""The Pod Security Standards' "baseline" and "restricted" levels (kubernetes.io/docs/concepts/
+security/pod-security-standards; restricted includes every baseline control), as a namespace
+labelled `pod-security.kubernetes.io/enforce: <level>` admits pods, checked offline on a pod
+spec.
 No maintained checker installs from PyPI (the admission controller is Go:
 k8s.io/pod-security-admission), so each control is written out here, one function each, and
 tests/bench/multihost/test_kubernetes_schemas.py shows each one refusing a pod that breaks it.
@@ -37,8 +38,11 @@ def _context(container: dict) -> dict:
     return container.get("securityContext") or {}
 
 
-def violations(pod: dict) -> list[str]:
-    """What keeps a restricted namespace from admitting a pod of this spec; [] if nothing."""
+def violations(pod: dict, level: str = "restricted") -> list[str]:
+    """What keeps a namespace of this level from admitting a pod of this spec; [] if
+    nothing."""
+    if level not in ("baseline", "restricted"):
+        raise ValueError(f"level {level!r}: baseline or restricted")
     found: list[str] = []
     pod_context = pod.get("securityContext") or {}
     # --- baseline
@@ -79,6 +83,8 @@ def violations(pod: dict) -> list[str]:
     for sysctl in pod_context.get("sysctls") or []:
         if sysctl["name"] not in SAFE_SYSCTLS:
             found.append(f"sysctls: {sysctl['name']}")
+    if level == "baseline":
+        return found
     # --- restricted
     for volume in pod.get("volumes") or []:
         kinds = set(volume) - {"name"}

@@ -39,7 +39,7 @@ def test_two_hosts_of_eight_gpus(detection):
     container = job["template"]["spec"]["containers"][0]
     assert container["image"] == IMAGE
     assert container["resources"] == {
-        "requests": {"nvidia.com/gpu": 8},
+        "requests": {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": 8},
         "limits": {"nvidia.com/gpu": 8},
     }
     flags = container["args"]
@@ -103,8 +103,12 @@ def test_a_string_reads_back_as_itself(value):
         ([*TWO_BY_EIGHT, "--name", "d" * 51], "give a --name of at most 45"),
         ([*TWO_BY_EIGHT, "--name", "d" * 64], "not a DNS label"),
         ([*TWO_BY_EIGHT, "--namespace", "Bench"], "--namespace 'Bench' is not a DNS label"),
-        ([*TWO_BY_EIGHT, "--run-as", "0:0"], "--run-as '0:0' is not UID:GID"),
+        ([*TWO_BY_EIGHT, "--run-as", "0:0"], "--run-as '0:0' is root: GPU pods run as"),
         ([*TWO_BY_EIGHT, "--run-as", "dew"], "--run-as 'dew' is not UID:GID"),
+        ([*TWO_BY_EIGHT, "--cpu", "0"], "--cpu '0' is not a number of CPUs > 0"),
+        ([*TWO_BY_EIGHT, "--cpu", "two"], "--cpu 'two' is not a number of CPUs"),
+        ([*TWO_BY_EIGHT, "--memory", "8GB"], "--memory '8GB' is not an amount of memory"),
+        ([*TWO_BY_EIGHT, "--memory", "0Gi"], "--memory '0Gi' is not an amount of memory"),
         ([*TWO_BY_EIGHT, "--priority-class", "High Priority"], "--priority-class 'High"),
         ([*TWO_BY_EIGHT, "--accelerator", "tpu-v9"], "argument --accelerator: invalid choice"),
         ([*TWO_BY_EIGHT, "--topology", "2x4"], "--topology is a TPU slice's"),
@@ -133,6 +137,20 @@ def test_bad_input_is_one_line_and_exit_2(argv, message, capsys):
     with pytest.raises(SystemExit) as stopped:  # the nox session's way
         kubernetes.main(argv, exit_on_error=True)
     assert stopped.value.code == 2
+
+
+@pytest.mark.parametrize("hosts", [2, 8, 64])
+def test_the_log_recipe_follows_every_pod(hosts):
+    """kubectl follows at most 5 pods of a selector unless --max-log-requests says more."""
+    argv = ["--hosts", str(hosts), "--devices-per-host", "4", "--image", IMAGE]
+    if hosts > 2:
+        argv += ["--accelerator", "tpu-v6e-slice", "--topology", {8: "4x8", 64: "16x16"}[hosts]]
+    text = kubernetes.manifests_text(kubernetes.parser().parse_args(argv), argv)
+    recipe = "kubectl logs -f -n default -l jobset.sigs.k8s.io/jobset-name=dew-step --prefix"
+    assert f"#   {recipe} --max-log-requests {hosts}\n" in text
+    docs = (REPO / "docs" / "multihost.md").read_text()
+    follows = [line for line in docs.splitlines() if "kubectl logs -f -l" in line]
+    assert follows and all("--max-log-requests" in line for line in follows), follows
 
 
 def test_out_is_never_clobbered(tmp_path, capsys):

@@ -3,8 +3,10 @@ would take them: every object against Kubernetes' own schemas (kubernetes-valida
 an unknown field is an error) of the oldest version it carries, 1.30 and the newest; the
 JobSet against the JobSet's own CRD of the pinned release kept beside this file
 (jobset-v0.12.0/, README there), strict too, and its Job template against Kubernetes'
-JobTemplateSpec of each version; the pods against the "restricted" Pod Security level
-(infra.pod_security). For 2 hosts x 8 GPUs (both detections) and a TPU v5e 2x4 slice."""
+JobTemplateSpec of each version; the pods against their Pod Security level
+(infra.pod_security): "restricted" for GPUs, "baseline" for a TPU slice's, which run as root
+as GKE's TPU examples do. For 2 hosts x 8 GPUs (both detections) and a TPU v5e 2x4 slice.
+And what every pod is given: a writable home and cache, CPU and memory requests."""
 
 import copy
 import functools
@@ -21,7 +23,8 @@ import yaml
 from infra import pod_security
 from kubernetes_validate import utils as k8s_schemas
 
-from dew.bench.multihost import kubernetes
+from dew.bench.multihost import k8s_pod, kubernetes
+from dew.train import trainer
 
 REPO = Path(__file__).resolve().parents[3]
 CRD_FOLDER = Path(__file__).with_name("jobset-v0.12.0")
@@ -109,13 +112,67 @@ def test_the_manifests_validate(case, version):
     manifests = generate(CASES[case])
     for manifest in manifests:
         assert problems(manifest, version) == [], manifest["kind"]
-    assert pod_security.violations(pod(manifests)) == []
+    level = "baseline" if "--accelerator" in CASES[case] else "restricted"
+    assert pod_security.violations(pod(manifests), level) == []
+
+
+def test_tpu_pods_run_as_gkes_examples_and_gpu_pods_stay_restricted():
+    """GKE's TPU examples run as root, privileged only before GKE 1.28; no example shows a
+    non-root user opening the chip. So TPU pods: root, not privileged, the runtime's default
+    capabilities: baseline, not restricted. GPU pods: restricted, as before."""
+    tpu = pod(generate(CASES["v5e 2x4, 2 hosts of 4 chips"]))
+    assert tpu["securityContext"] == {
+        "runAsUser": 0, "runAsGroup": 0, "seccompProfile": {"type": "RuntimeDefault"},
+    }  # fmt: skip
+    context = tpu["containers"][0]["securityContext"]
+    assert context == {"allowPrivilegeEscalation": False}  # no privileged, no capability added
+    assert pod_security.violations(tpu, "baseline") == []
+    assert any("runAsUser 0" in line for line in pod_security.violations(tpu, "restricted"))
+    assert "earlier than 1.28" in k8s_pod.__doc__
+    url = "https://cloud.google.com/kubernetes-engine/docs/concepts/node-auto-provisioning"
+    assert url in k8s_pod.__doc__ and url in (REPO / "docs" / "multihost.md").read_text()
+    for case in ("2x8 GPUs, jax detection", "2x8 GPUs, env detection"):
+        assert pod_security.violations(pod(generate(CASES[case])), "restricted") == []
+    # a non-root user asked for on a TPU gets the restricted contexts
+    mine = pod(generate([*CASES["v5e 2x4, 1 host of 8 chips"], "--run-as", "2000:2000"]))
+    assert pod_security.violations(mine, "restricted") == []
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_pod_has_a_writable_home_and_compilation_cache(case, monkeypatch):
+    """A user with no passwd entry gets HOME=/, and ~/.cache/dew under it fails every case:
+    HOME and XDG_CACHE_HOME lie in an emptyDir (writable by any user), and dew's default
+    compilation cache, read with the pod's variables, lands in it."""
+    spec = pod(generate(CASES[case]))
+    [container] = spec["containers"]
+    env = {v["name"]: v["value"] for v in container["env"] if "value" in v}
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    home = env["HOME"]
+    assert volumes[mounts[home]] == {"name": mounts[home], "emptyDir": {}}
+    monkeypatch.setenv("HOME", home)
+    monkeypatch.setenv("XDG_CACHE_HOME", env["XDG_CACHE_HOME"])
+    cache = trainer.default_compilation_cache_dir()
+    assert cache.is_relative_to(home) and cache != Path(home), cache
+
+
+def test_every_pod_requests_cpu_and_memory_and_limits_only_its_devices():
+    gpu = pod(generate(TWO_BY_EIGHT))["containers"][0]["resources"]
+    assert gpu == {
+        "requests": {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": 8},
+        "limits": {"nvidia.com/gpu": 8},
+    }
+    tpu = pod(generate(CASES["v5e 2x4, 2 hosts of 4 chips"]))["containers"][0]["resources"]
+    assert tpu["requests"] == {"cpu": "8", "memory": "32Gi", "google.com/tpu": 4}
+    given = pod(generate([*TWO_BY_EIGHT, "--cpu", "500m", "--memory", "200Gi"]))
+    requests = given["containers"][0]["resources"]["requests"]
+    assert (requests["cpu"], requests["memory"]) == ("500m", "200Gi")
 
 
 def test_the_gpu_and_tpu_pods_ask_for_their_own_nodes():
     gpu = pod(generate(TWO_BY_EIGHT))
     devices = {"nvidia.com/gpu": 8}
-    assert gpu["containers"][0]["resources"] == {"requests": devices, "limits": devices}
+    assert gpu["containers"][0]["resources"]["limits"] == devices
     assert gpu["tolerations"] == [
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
     ]
@@ -123,7 +180,7 @@ def test_the_gpu_and_tpu_pods_ask_for_their_own_nodes():
     manifests = generate([*V5E_2X4, "--hosts", "2", "--devices-per-host", "4"])
     tpu = pod(manifests)
     chips = {"google.com/tpu": 4}
-    assert tpu["containers"][0]["resources"] == {"requests": chips, "limits": chips}
+    assert tpu["containers"][0]["resources"]["limits"] == chips
     assert tpu["nodeSelector"] == {
         "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
         "cloud.google.com/gke-tpu-topology": "2x4",
@@ -148,6 +205,7 @@ def test_the_gpu_and_tpu_pods_ask_for_their_own_nodes():
 
 def test_the_pods_run_as_the_images_user_and_the_priority_class_given():
     spec = pod(generate([*TWO_BY_EIGHT, "--priority-class", "bench-high"]))
+    assert k8s_pod.RUN_AS_GPU == "10001:10001"
     assert spec["securityContext"] == {
         "runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001, "fsGroup": 10001,
         "seccompProfile": {"type": "RuntimeDefault"},
