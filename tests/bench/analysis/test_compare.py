@@ -158,6 +158,7 @@ def test_the_default_reference_is_of_the_runs_device_and_preset_or_none(tmp_path
     assert reference.environment.devices.kind == aa.environment.devices.kind
     lonely = aa.model_copy(deep=True)
     lonely.environment.devices.kind = "NVIDIA B300"
+    lonely.environment.devices.platform = "gpu"  # a B300 is no cpu device (validate's check)
     copy = tmp_path / "lonely.json"
     write_run(copy, lonely)
     assert compare_command.default_reference(lonely, copy) is None
@@ -338,6 +339,7 @@ def _on_cpu(record):
     comparisons of CPU records."""
     environment = record.environment.model_copy(deep=True)
     environment.devices.platform = "cpu"
+    environment.devices.kind = "cpu"  # a GPU's kind on platform cpu: validate refuses it
     return record.model_copy(update={"environment": environment})
 
 

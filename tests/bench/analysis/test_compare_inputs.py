@@ -89,7 +89,7 @@ def _bad_files(tmp_path: Path) -> dict[str, tuple[Path, str]]:
         "directory": (directory, "is a directory"),
         "missing": (tmp_path / "missing.json", "no such file"),
         "bad JSON": (bad_json, "not JSON: "),
-        "empty": (tmp_path / "empty.json", "not JSON: "),
+        "empty": (tmp_path / "empty.json", "is empty (0 bytes); give a results record"),
     }
     files["empty"][0].write_text("")
     for name, value in (("list", [1, 2]), ("number", 3), ("null", None), ("string", "x")):

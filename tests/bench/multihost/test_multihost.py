@@ -119,7 +119,7 @@ def test_a_killed_process_stops_the_others_and_leaves_a_partial_record(tmp_path)
     print(failure)
 
     run = read_run(record)
-    assert run.note == "partial: 1 of 2 cases"
+    assert run.partial.startswith("1 of 2 cases finished")
     assert [row.status for row in run.rows] == ["ok"]
     assert run.rows[0].process_spread_ms is not None
     assert [p.process_index for p in run.environment.processes] == [0, 1]

@@ -262,7 +262,7 @@ def body():
         published = read_run({published!r})
         environment = published.environment.model_copy(update={{"locked_clocks": lock}})
         write_run({record!r}, published.model_copy(update={{"environment": environment}}))
-        with stopping(lambda: "interrupted: 0 of 1 cases finished"):
+        with stopping(lambda name: "interrupted: 0 of 1 cases finished"):
             print("locked", flush=True)
             time.sleep(120)
     return 0

@@ -143,13 +143,25 @@ def test_a_write_that_fails_keeps_the_file_and_says_what_the_record_keeps(tmp_pa
     )
 
 
-def test_a_multi_process_run_cut_short_says_it_is_partial():
-    record = _open()
-    record.processes = 2
+@pytest.mark.parametrize("processes", [1, 2])
+def test_a_run_cut_short_says_it_is_partial_until_its_end(tmp_path, processes):
+    # ec83e06: one process wrote no mark at all, so a stopped run's record read as whole
+    out = tmp_path / "run.json"
+    record = _open(path=str(out))
+    record.processes = processes
     record.accept(_result(record, DIT, 10.0))
-    assert record.run.note == "partial: 1 of 2 cases"
+    assert read_run(out).partial == "1 of 2 cases finished; the run had not ended at this write"
     record.accept(_result(record, UVIT, 5.0))
-    assert record.run.note is None
+    record.close()
+    assert read_run(out).partial is None and read_run(out).note == "a warning"
+
+
+def test_a_stop_signal_marks_the_record_stopped(tmp_path):
+    out = tmp_path / "run.json"
+    record = _open(path=str(out))
+    record.accept(_result(record, DIT, 10.0))
+    record.interrupted_line("SIGINT")
+    assert read_run(out).partial == "stopped by SIGINT: 1 of 2 cases finished"
 
 
 # --- --repeats auto, a stop signal -----------------------------------------------------------

@@ -222,6 +222,21 @@ class Args:
     """let --plot replace an existing file"""
 
 
+def partial_line(cmp: comparison.Comparison, run: BenchmarkRun, ref: BenchmarkRun) -> str:
+    """The headline's start when a side is a record a stop cut short: which, how far it
+    got, and the rows the other side has that it lacks; "" when both are whole."""
+    said = []
+    for role, label, record, mine in (
+        ("RUN", cmp.run_label, run, "run"),
+        ("REFERENCE", cmp.reference_label, ref, "reference"),
+    ):
+        if record.partial:
+            missing = [r.label for r in cmp.rows if getattr(r, mine) is None]
+            lacks = f"; it lacks {', '.join(missing)}" if missing else ""
+            said.append(f"PARTIAL {role} {label} ({record.partial}){lacks}.")
+    return " ".join(said) + (" " if said else "")
+
+
 def _relative(path: Path) -> Path:
     try:
         return path.relative_to(Path.cwd())
@@ -280,6 +295,12 @@ def _compare(args: Args) -> int:
             f"RUN {run_path} is a {run.kind} record and REFERENCE {ref_path} a {ref.kind} "
             "record; compare records of one kind"
         )
+    if ref.settings.compile_only and not run.settings.compile_only:
+        raise UsageError(
+            f"REFERENCE {ref_path} is compile-only (nothing timed) and RUN {run_path} is timed: "
+            "there is no time to hold RUN's against; give a timed REFERENCE, or the "
+            "compile-only record as RUN for its parity table (params, GFLOP/step)"
+        )
     if run.settings.compile_only:
         if fmt == "json":
             raise UsageError(f"RUN {run_path} is compile-only: its parity table has md and text")
@@ -314,7 +335,8 @@ def _compare(args: Args) -> int:
         if fmt == "json":
             print(json.dumps(compare_report.as_json(cmp), indent=1))
         else:
-            print(compare_report.comparison(cmp, run, ref, fmt))
+            lead = partial_line(cmp, run, ref)
+            print(compare_report.comparison(cmp, run, ref, fmt, lead=lead))
         rows, field = cmp.rows, cmp.timing
         code = judge.EXIT_CODES[cmp.outcome]
         code = cli.EXIT_CHANGED if args.strict and code == 3 else code

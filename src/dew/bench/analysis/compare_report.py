@@ -19,6 +19,7 @@ from typing import Any
 from dew.bench.analysis import judge
 from dew.bench.analysis.comparison import Comparison, RowComparison
 from dew.bench.analysis.judge import EXIT_CODES
+from dew.bench.analysis.kinds import KINDS
 from dew.bench.analysis.tables import (
     MISSING,
     describe,
@@ -34,9 +35,9 @@ from dew.bench.record.schema import BenchmarkRun
 VERDICTS = ("faster", "slower", "same", "undecided", "failed in this run")
 DESIGN = (
     "design: two records made at different times (not interleaved): the whole run's shift and "
-    "each row's own run level are assumed from the history, not cancelled (nox -s ab "
-    "interleaves)"
+    "each row's own run level are assumed from the history, not cancelled"
 )
+INTERLEAVES = " (nox -s ab interleaves)"
 AGAINST = (
     "; against the shift: the row's ratio over the whole run's shift (the median of the "
     "rows' ratios), which its faster/slower judges; `same` needs its whole change shown "
@@ -120,10 +121,15 @@ def shift_line(cmp: Comparison) -> str | None:
 
 
 def comparison(
-    cmp: Comparison, run: BenchmarkRun, ref: BenchmarkRun, fmt: str = "md", width: int = 0
+    cmp: Comparison,
+    run: BenchmarkRun,
+    ref: BenchmarkRun,
+    fmt: str = "md",
+    width: int = 0,
+    lead: str = "",
 ) -> str:
     """The report ("md", "text", or "terminal": text fitted to `width` columns, default this
-    terminal's): stack, rows, notes, verdict."""
+    terminal's): stack, rows, notes, verdict; `lead` opens the headline (a partial side)."""
     style = "md" if fmt == "md" else "aligned"
     h = "### " if fmt == "md" else ""
     width = width or terminal_width()
@@ -133,11 +139,12 @@ def comparison(
             return terminal_table(list(headers), [list(cells) for cells in body], width, drops)
         return table(headers, body, style)
 
-    header_lines = [DESIGN, cmp.host_line, noise_line(cmp), shift_line(cmp)]
+    design = DESIGN + (INTERLEAVES if _ab_runs(cmp) else "")
+    header_lines = [design, cmp.host_line, noise_line(cmp), shift_line(cmp)]
     out = [
         f"{'## ' if fmt == 'md' else ''}Comparison (noise band ±{cmp.band:g}%)",
         "",
-        f"**{headline(cmp)}**" if fmt == "md" else headline(cmp),
+        f"**{lead}{headline(cmp)}**" if fmt == "md" else lead + headline(cmp),
         "",
         f"- run: {cmp.run_label} ({describe(run)})",
         f"- reference: {cmp.reference_label} ({describe(ref)})",
@@ -277,37 +284,9 @@ def _what_decides(cmp: Comparison) -> str:
     else:
         floor = max(r.detect.floor for r in tested)
         said += f"no number of repeats (the runs' levels alone keep it above {floor:.0%})"
-    if all(n is not None for n in rounds):
+    if all(n is not None for n in rounds) and _ab_runs(cmp):
         said += f", or {max(rounds)} interleaved rounds (nox -s ab: the run levels cancel)"
     return said + "." + _what_shows_same(cmp)
-
-
-@dataclasses.dataclass(frozen=True)
-class Reach:
-    """What two records like these can show: the narrowest band any number of repeats
-    shows a row the same within (the run levels alone), and the repeats a side or the
-    interleaved rounds that would show the band asked for (None: none would)."""
-
-    smallest: float
-    repeats: int | None
-    rounds: int | None
-
-
-def reach(cmp: Comparison) -> Reach | None:
-    """The comparison's reach over its tested rows (the widest row decides); None when no
-    row was tested."""
-    tested = [r for r in cmp.counted if r.detect is not None and r.noise is not None]
-    if not tested:
-        return None
-    band = cmp.band / 100
-    smallest = max(judge.smallest_band(r.noise.run**2, r.noise.run_df, r.noise.shift**2,
-                                       r.noise.shift_df) for r in tested)  # fmt: skip
-    repeats = [judge.repeats_to_show(r.detect.var, r.noise.run**2, r.noise.run_df,
-                                     r.noise.shift**2, r.noise.shift_df, band)
-               for r in tested]  # fmt: skip
-    rounds = [judge.rounds_to_show(r.detect.var, band) for r in tested]
-    return Reach(smallest, None if None in repeats else max(repeats),
-                 None if None in rounds else max(rounds))  # fmt: skip
 
 
 def headline(cmp: Comparison) -> str:
@@ -337,16 +316,19 @@ def _verdict_line(cmp: Comparison) -> str:
         if cmp.shift is not None and cmp.shift.word in ("faster", "slower"):
             changed.insert(0, f"the whole run {cmp.shift.ratio - 1:+.0%}")
         return f"Not reproduced: {'; '.join(changed)}."
-    shown = reach(cmp)
+    shown = judge.reach(cmp.counted, cmp.band)
     if shown is not None and shown.smallest > cmp.band / 100:
         rounds = ("no number of `dew ab` rounds would show it" if shown.rounds is None else
                   f"Run `dew ab` with {shown.rounds} rounds to see ±{band}")  # fmt: skip
+        if not _ab_runs(cmp):  # no interleaved rounds of these rows: repeats cannot either
+            rounds = "No number of repeats would show it: the two runs' levels alone are wider"
         return (f"Can't tell: this host's noise hides changes under {shown.smallest:.0%}, "
                 f"more than the ±{band} asked for. {rounds}.")  # fmt: skip
     undecided = len(cmp.undecided)
     more = [] if shown is None else [
         f"{shown.repeats} repeats a side" if shown.repeats else None,
-        f"`dew ab` with {shown.rounds} rounds" if shown.rounds else None]  # fmt: skip
+        f"`dew ab` with {shown.rounds} rounds" if shown.rounds and _ab_runs(cmp) else None,
+    ]  # fmt: skip
     more = [m for m in more if m]
     return (
         f"Can't tell yet: {undecided} of {len(counted)} rows neither shown within ±{band} "
@@ -358,7 +340,7 @@ def _what_shows_same(cmp: Comparison) -> str:
     """The repeats a side and the interleaved rounds after which a row with no change would
     show its 90% interval inside the band (what REPRODUCED would take), and the narrowest
     band two records like these can show."""
-    shown = reach(cmp)
+    shown = judge.reach(cmp.counted, cmp.band)
     if shown is None:
         return ""
     said = f" To show every row the same within ±{cmp.band:g}%: "
@@ -367,8 +349,16 @@ def _what_shows_same(cmp: Comparison) -> str:
     else:
         said += (f"no number of repeats (two records like these show no band narrower than "
                  f"±{shown.smallest:.0%}: their run levels alone)")  # fmt: skip
+    if not _ab_runs(cmp):
+        return said + "."
     rounds = "more than 1000" if shown.rounds is None else str(shown.rounds)
     return said + f", or {rounds} interleaved rounds."
+
+
+def _ab_runs(cmp: Comparison) -> bool:
+    """Whether `dew ab` can run these rows interleaved (the loader's it cannot): only then
+    is it suggested."""
+    return KINDS[cmp.kind].interleaved
 
 
 # --- JSON ---------------------------------------------------------------------------------

@@ -356,3 +356,31 @@ class Shift:
                 f"{self.ratio:.3f} [{self.low:.3f}, {self.high:.3f}]): {where} the band and "
                 f"this host's run-to-run shift ({level(shift_level)}); shift {self.word}"
                 + (f" ({self.why})" if self.why else ""))  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class Reach:
+    """What two records like these can show: the narrowest band any number of repeats
+    shows a row the same within (the run levels alone), and the repeats a side or the
+    interleaved rounds that would show the band asked for (None: none would)."""
+
+    smallest: float
+    repeats: int | None
+    rounds: int | None
+
+
+def reach(counted: list, band_percent: float) -> Reach | None:
+    """A comparison's reach over its tested rows (its counted RowComparisons; the widest
+    row decides); None when no row was tested."""
+    tested = [r for r in counted if r.detect is not None and r.noise is not None]
+    if not tested:
+        return None
+    band = band_percent / 100
+    smallest = max(smallest_band(r.noise.run**2, r.noise.run_df, r.noise.shift**2,
+                                       r.noise.shift_df) for r in tested)  # fmt: skip
+    repeats = [repeats_to_show(r.detect.var, r.noise.run**2, r.noise.run_df,
+                                     r.noise.shift**2, r.noise.shift_df, band)
+               for r in tested]  # fmt: skip
+    rounds = [rounds_to_show(r.detect.var, band) for r in tested]
+    return Reach(smallest, None if None in repeats else max(repeats),
+                 None if None in rounds else max(rounds))  # fmt: skip

@@ -202,6 +202,29 @@ def check_output_dir(path: str | os.PathLike, *, flag: str) -> Path:
     return target
 
 
+def check_apart(outputs: Iterable[tuple[str, str | os.PathLike | None, str]]) -> None:
+    """Every output of one run, (flag, path, "file" | "dir"), against every other before
+    any work: two at one path, or a folder output inside a file output, would leave one of
+    them unwritable after the run (a record lost to the folder of logs made where it was to
+    go). None paths are skipped. One UsageError line naming both flags."""
+    named = [(flag, Path(os.path.abspath(path)), kind) for flag, path, kind in outputs if path]
+    for index, (flag, path, kind) in enumerate(named):
+        for other_flag, other, other_kind in named[index + 1 :]:
+            if path == other:
+                raise UsageError(
+                    f"{flag} and {other_flag} are the same path ({path}); give each its own"
+                )
+            for outer, outer_path, outer_kind, inner, inner_path in (
+                (flag, path, kind, other_flag, other),
+                (other_flag, other, other_kind, flag, path),
+            ):
+                if outer_kind == "file" and outer_path in inner_path.parents:
+                    raise UsageError(
+                        f"{inner} {inner_path} is inside {outer} {outer_path}, which is a "
+                        "file; give each its own place"
+                    )
+
+
 def check_input_file(path: str | os.PathLike, *, flag: str) -> Path:
     """An input the run reads must be an existing file (not a directory)."""
     source = Path(path)
@@ -312,6 +335,8 @@ def read_json_object(path: Path, role: str = "") -> str:
             f"{name} is not a text file (byte {data[error.start]:#04x} at offset "
             f"{error.start} is not UTF-8); give a JSON record"
         ) from None
+    if not text.strip():  # a run killed before its first write, a `touch`: say so plainly
+        raise UsageError(f"{name} is empty ({len(data)} bytes); give a results record")
     try:
         value = json.loads(text)
     except json.JSONDecodeError as error:

@@ -20,7 +20,6 @@ KV_TIMEOUT_MS = 600_000  # a peer still compiling a large case may take minutes 
 # Fields that are timings of one process; the row takes them from the slowest process.
 TIMING_FIELDS = ("ms_per_step", "p10_ms", "p50_ms", "p90_ms", "samples_per_s", "tokens_per_s")
 TIMING_FIELDS += ("util", "compile_s")
-PARTIAL_NOTE = "partial: {done} of {total} cases"
 
 
 # --- inside a multi-process run ----------------------------------------------------------

@@ -9,7 +9,7 @@ one process entry per process, a spread on every row). When a process dies, the 
 stop within half the heartbeat timeout, each saying so in one line
 (dew.train.distributed.PeerWatch; when the dead one is process 0, which hosts the
 runtime's coordinator, the runtime aborts them at once), and the launcher sums it up in
-one line; the record then keeps its "partial" note. What runs inside each process across
+one line; the record then keeps its `partial` mark. What runs inside each process across
 the runtime (exchange, combine) is dew.bench.multihost.combine.
 """
 
@@ -192,8 +192,8 @@ def check_record(path: Path, processes: int) -> str | None:
     listed = record.environment.processes or []
     if processes > 1 and len(listed) != processes:  # a single process joins nothing
         return f"{path}: environment lists {len(listed)} processes, expected {processes}"
-    if record.note and record.note.startswith("partial"):
-        return f"{path}: the record is marked {record.note!r}"
+    if record.partial:
+        return f"{path}: the record is partial: {record.partial}"
     for row in record.rows:
         if row.status != "ok":
             return f"{path}: {row.architecture} failed: {row.error}"

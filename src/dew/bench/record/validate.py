@@ -112,7 +112,50 @@ def check_text(text: str) -> tuple[BenchmarkRun | None, list[str]]:
         return None, describe_errors(e)
     if not record.rows:
         return None, [NO_ROWS]
+    contradictions = self_contradictions(record)
+    if contradictions:
+        return None, contradictions
     return record, []
+
+
+# A row's figure is the median of its repeats': a figure outside their range was not made
+# from them. The slack covers the float rounding of a median of two.
+SUMMARIZED = ("ms_per_step", "samples_per_s")
+SLACK = 1e-9
+
+
+def self_contradictions(record: BenchmarkRun) -> list[str]:
+    """What a schema-valid record says against itself, one line each: a device kind that
+    is not of its platform (cpu with a TPU's kind), a row's figure outside its repeats'."""
+    lines = []
+    devices = record.environment.devices if record.environment else None
+    if devices is not None and devices.platform and devices.kind:
+        platform, kind = devices.platform.lower(), devices.kind.lower()
+        tpu, cpu = kind.startswith("tpu"), kind == "cpu"
+        if (
+            (platform == "cpu" and not cpu)
+            or (platform == "tpu" and not tpu)
+            or (platform in ("gpu", "cuda", "rocm") and (tpu or cpu))
+        ):
+            lines.append(
+                f"$.environment.devices: kind {devices.kind!r} is no device of platform "
+                f"{devices.platform!r}; the record contradicts itself: measure again"
+            )
+    for index, row in enumerate(record.rows):
+        repeats = getattr(row, "repeats", None) or []
+        for field in SUMMARIZED:
+            value = getattr(row, field, None)
+            figures = [getattr(r, field) for r in repeats if getattr(r, field, None) is not None]
+            if value is None or not figures:
+                continue
+            low, high = min(figures), max(figures)
+            if not low * (1 - SLACK) <= value <= high * (1 + SLACK):
+                lines.append(
+                    f"$.rows[{index}].{field}: {value:g} is outside its {len(figures)} "
+                    f"repeats' {low:g}..{high:g}, so not their median; the row was edited "
+                    "or damaged: measure again"
+                )
+    return lines
 
 
 def load(path: Path, role: str = "") -> BenchmarkRun:
@@ -217,7 +260,10 @@ def record_verdict(run: BenchmarkRun) -> str:
         row.status == "ok" and getattr(row, "loss_finite", None) is False for row in run.rows
     )
     kept = f", {diverged} ok with a loss that is not finite" if diverged else ""
-    return f"ok ({run.kind} run, {len(run.rows)} rows, {failed} failed{kept})"
+    counts = f"{run.kind} run, {len(run.rows)} rows, {failed} failed{kept}"
+    if run.partial:  # valid, but not the whole run: never "ok" alone
+        return f"valid but PARTIAL ({counts}; {run.partial})"
+    return f"ok ({counts})"
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ write, the row's figures for stdout, no further case started); a stop signal
 from __future__ import annotations
 
 import contextlib
+import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -232,16 +233,16 @@ def result_line(record: RunRecord, result: Result, row: StepRow, round_index: in
 
 @contextlib.contextmanager
 def stopping(
-    line: Callable[[], str], end: Callable[[], None] = end_case_processes
+    line: Callable[[str], str], end: Callable[[], None] = end_case_processes
 ) -> Iterator[None]:
     """Whatever ends the rounds early ends every case's process and the forkserver first
-    (`end`); a stop signal (Interrupted) leaves with `line()`, read when it comes."""
+    (`end`); a stop signal (Interrupted) leaves with `line(its name)`, read when it comes."""
     try:
         yield
     except BaseException as stop:
         end()
         if isinstance(stop, Interrupted):
-            stop.message = line()
+            stop.message = line(signal.Signals(stop.signum).name)
         raise
 
 

@@ -26,7 +26,6 @@ from dew.bench.analysis.levels.noise import auto_noise
 from dew.bench.analysis.repeats import auto_stop, with_host_readings
 from dew.bench.common.errors import WriteFailed
 from dew.bench.common.files import atomic_write
-from dew.bench.multihost.combine import PARTIAL_NOTE
 from dew.bench.record.schema import (
     SCHEMA_VERSION,
     BenchmarkRun,
@@ -102,6 +101,7 @@ class RunRecord:
         self.path, self.writes, self.processes = path, writes, processes
         self.stopped: dict[tuple, str] = {}  # --repeats auto: the cases done, and why
         self.finished = 0
+        self.partial: str | None = None  # what the file says until the run reaches its end
 
     @classmethod
     def open(
@@ -136,7 +136,8 @@ class RunRecord:
     @property
     def run(self) -> BenchmarkRun:
         """The record as it stands."""
-        return self.header.model_copy(update={"rows": list(self.rows), "note": self.note})
+        update = {"rows": list(self.rows), "note": self.note, "partial": self.partial}
+        return self.header.model_copy(update=update)
 
     def row(self, key: tuple) -> StepRow | None:
         return next((row for row in self.rows if row.key() == key), None)
@@ -171,11 +172,11 @@ class RunRecord:
         repeat = with_host_readings(result.row, busy, probe_ms, load)
         row = merge_repeat(self.row(result.case.key()), repeat)
         self._put(row)
-        if self.processes > 1:  # a run cut short by a dead process must not read as complete
-            done, total = result.position + 1, len(self.cases)
-            self.note = None if done == total else PARTIAL_NOTE.format(done=done, total=total)
-        self.write(row)
         self.finished += 1
+        # Until close() the file says how far the run got: one cut short by a stop, a crash
+        # or a dead process must not read as whole
+        self.partial = f"{self.progress()}; the run had not ended at this write"
+        self.write(row)
         return row
 
     def stop_measured(self) -> list[tuple[Case, str]]:
@@ -205,8 +206,10 @@ class RunRecord:
 
     def close(self) -> None:
         """The rounds are over: with --repeats auto every row says why it has as many
-        repeats as it has, and the record is written once more."""
+        repeats as it has; the record, no longer partial, is written once more."""
+        self.partial = None
         if not self.rounds.auto:
+            self.write()
             return
         for case in self.cases:
             self.stopped.setdefault(case.key(), f"reached --max-repeats {self.rounds.count}")
@@ -230,9 +233,9 @@ class RunRecord:
         try:
             atomic_write(self.path, dump_run(self.run))
         except OSError as error:
-            if row is None:  # --repeats auto's last write: every row is in the record already
+            if row is None:  # the last write: every row is in the record already
                 rows = list(self.rows)
-                kept = "the record keeps every row, without why each stopped"
+                kept = "the record keeps every row, but still reads partial"
                 kept += "; the table is on stdout"
             else:
                 rows, which = [row], f"{row.label()} batch {row.batch}"
@@ -240,18 +243,27 @@ class RunRecord:
                 kept += "; its figures are on stdout; no further case started"
             raise RecordNotWritten(self.path, error, rows, kept) from None
 
-    def interrupted_line(self) -> str:
-        """The line a stop signal ends the run with: how many case runs the record keeps
-        and how to go on."""
+    def progress(self) -> str:
+        """How many case runs are finished, of how many."""
         cases, repeats = len(self.cases), self.rounds.count
         if repeats == 1:
-            done = f"{self.finished} of {cases} cases finished"
-        else:
-            most = "at most " if self.rounds.auto else ""
-            done = (
-                f"{self.finished} of {most}{cases * repeats} case repeats finished "
-                f"({cases} cases x {most}{repeats})"
-            )
+            return f"{self.finished} of {cases} cases finished"
+        most = "at most " if self.rounds.auto else ""
+        return (
+            f"{self.finished} of {most}{cases * repeats} case repeats finished "
+            f"({cases} cases x {most}{repeats})"
+        )
+
+    def interrupted_line(self, signal_name: str = "a stop signal") -> str:
+        """The line a stop signal ends the run with: how many case runs the record keeps
+        and how to go on. A record on disk is marked stopped by it first."""
+        done = self.progress()
+        if self.path is not None and self.writes and Path(self.path).exists():
+            self.partial = f"stopped by {signal_name}: {done}"
+            try:
+                self.write()
+            except WriteFailed:  # the file as it was: marked partial by its last write
+                pass
         if self.path is None:
             return f"interrupted: {done}; no --json-out, so no record keeps them"
         if not Path(self.path).exists():

@@ -25,7 +25,7 @@ from typing import Any, Literal
 from dew.bench.common import cli
 from dew.bench.common.arguments import check_xla_flags
 from dew.bench.common.errors import faults
-from dew.bench.common.files import check_output_dir, check_output_file, one_writer
+from dew.bench.common.files import check_apart, check_output_dir, check_output_file, one_writer
 from dew.bench.runtime import hostprobe
 from dew.bench.sweep import allocator, presets
 from dew.bench.sweep.settings import CACHE_OFF, Options, append_xla_flags, case_log_dir
@@ -216,6 +216,10 @@ def malloc(options: Options, platform: str | None) -> Options:
 
 def check_outputs(args: Args) -> None:
     """Every path the run writes, before any work (an empty one is refused, not skipped)."""
+    if args.resume and args.json_out is not None and not os.path.lexists(args.json_out):
+        # pyperf's --append and asv's continue the same way (a missing file is begun), so
+        # a script may pass --resume every time; but the user hears it, never silently
+        log(f"--resume: {args.json_out} does not exist yet; starting a new record there")
     if args.json_out is not None:
         check_output_file(
             args.json_out,
@@ -233,6 +237,13 @@ def check_outputs(args: Args) -> None:
     logs = case_log_dir(args.log_dir, args.json_out)
     if logs:  # a rerun (--resume) adds its logs beside the earlier ones
         check_output_dir(logs, flag="--log-dir")
+    cache = args.compilation_cache_dir if args.compilation_cache_dir != CACHE_OFF else None
+    check_apart([
+        ("--json-out", args.json_out, "file"),
+        ("--log-dir", logs, "dir"),
+        ("--profile-dir", args.profile_dir, "dir"),
+        ("--compilation-cache-dir", cache, "dir"),
+    ])  # fmt: skip
 
 
 def log(line: str) -> None:

@@ -45,6 +45,7 @@ class Kind(Protocol):
     rates: ClassVar[frozenset[str]] = frozenset()  # timings where higher is faster
     charted: ClassVar[bool] = False  # its timed rows are the site's series per architecture
     feeds_steps: ClassVar[bool] = False  # its rows feed a step: the site's keep-up verdicts
+    interleaved: ClassVar[bool] = False  # `dew ab` runs its rows in interleaved rounds
     # Its rows carry the run's settings (the loader's workers, threads): records are A/A
     # copies (dew.bench.analysis.levels.history) only with the same rows.
     settings_in_rows: ClassVar[bool] = False

@@ -48,6 +48,13 @@ class LoaderKind(Kind):
     def model_difference(self, run: DataRow, ref: DataRow) -> tuple[str | None, list[str]]:
         if run.batch != ref.batch or run.image_size != ref.image_size:
             return "batch or image size differs", []
+        # Another worker or thread count is another loader, not the same one measured again
+        # (8 workers against 0 read as a 596% change): never judged as a reproduction
+        settings = ("workers", "threads", "steps", "warmup")
+        differ = [f"{name} {getattr(run, name)} v {getattr(ref, name)}" for name in settings
+                  if getattr(run, name) != getattr(ref, name)]  # fmt: skip
+        if differ:
+            return f"loader settings differ ({', '.join(differ)})", []
         return None, []
 
 

@@ -25,6 +25,7 @@ class StepKind(Kind):
         "ms_per_step", "p50_ms", "samples_per_s", "util", "peak_gib",
     )  # fmt: skip
     charted: ClassVar[bool] = True
+    interleaved: ClassVar[bool] = True
 
     def figures(self, row: StepRow, timing: str) -> list[float]:
         if timing == "ms_per_step" and row.repeats:

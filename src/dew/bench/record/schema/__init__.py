@@ -144,6 +144,11 @@ class BenchmarkRun(Record):
     rows: Rows
     source: str | None = Field(default=None, description="where a published record comes from")
     note: str | None = None
+    partial: str | None = Field(
+        default=None,
+        description="set while the run had not reached its end when this was written (a stop "
+        "signal, a crash, a process lost): how far it got; null: every case it was asked for ran",
+    )
 
     @pydantic.field_validator("created", mode="before")
     @classmethod
