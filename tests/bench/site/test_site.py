@@ -408,3 +408,16 @@ def test_a_comparison_on_the_front_page_names_its_outcome(records, capsys):
     lead = index[index.index('<p class="lead">') : index.index("</p>")]
     assert f"{new}: INCONCLUSIVE" in lead
     assert f"{old})" in lead or f"{old}," in lead  # no word from an older rule
+
+
+def test_a_partial_record_is_marked_partial_on_the_index_and_its_page(records, capsys):
+    # Issue 63: a run a stop cut short was listed and shown as a whole one
+    path = records / "runs" / "run-5" / "step.json"
+    cut = read_run(path).model_copy(update={"partial": "stopped by SIGINT: 1 of 2 cases finished"})
+    write_run(path, cut)
+    out = records.parent / "site"
+    assert build.main([str(records), "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert "(PARTIAL: stopped by SIGINT: 1 of 2 cases finished)" in (out / "index.html").read_text()
+    pages = [p.read_text() for p in (out / "runs").glob("*.html")]
+    assert sum("PARTIAL: this run did not reach its end" in page for page in pages) == 1

@@ -240,6 +240,8 @@ def record_rows(entries: list[Entry]) -> list[list]:
         preset = record.settings.preset or MISSING
         if record.settings.compile_only:
             preset += " (compile only)"
+        if record.partial:  # a run cut short is never listed as a whole one
+            name += f" (PARTIAL: {record.partial})"
         out.append(
             [entry.day, _Link(run_href(entry), name), record.kind, preset, entry.device,
              entry.commit, len(record.rows), failed]
@@ -337,6 +339,8 @@ def run_page(entry: Entry, entries: Sequence[Entry]) -> dict:
     headers, rows = KINDS[record.kind].page_table(record)
     warnings = [f"{row.label()}: {w}" for row in record.rows for w in row.warnings]
     warnings += [f"{row.label()}: failed: {row.error}" for row in record.rows if row.error]
+    if record.partial:
+        warnings.insert(0, f"PARTIAL: this run did not reach its end ({record.partial})")
     idle = record.idle_check
     if idle and idle.reasons:
         warnings += [f"host not idle: {reason}" for reason in idle.reasons]
