@@ -114,3 +114,15 @@ def test_a_row_from_fields_by_name_refuses_a_name_that_is_no_field():
     assert make_row(case, {"params": 10}, status="ok").params == 10
     with pytest.raises(TypeError, match="parms"):
         make_row(case, {"parms": 10}, status="ok")
+
+
+@pytest.mark.parametrize("tool", ["benchmark_step", "benchmark_data", "prepare_dataset"])
+def test_a_python_without_dew_is_one_line_not_a_traceback(tool, tmp_path):
+    # Issue 63: the README's `python3.12 tools/benchmark_step.py --help` in a fresh shell
+    # was a ModuleNotFoundError traceback. -S: this Python without its site-packages (dew)
+    script = Path(__file__).resolve().parents[1] / "tools" / f"{tool}.py"
+    done = subprocess.run([sys.executable, "-S", str(script), "--help"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+    assert f"this Python ({sys.executable}) cannot import dew: run the tool" in done.stderr

@@ -10,7 +10,9 @@ interval. Options: benchmark_data.py --help (logic in dew.bench.loader.data_comm
 
 import sys
 
-from dew.bench.loader.data_command import main
+from dew_entry import entry
+
+main = entry("dew.bench.loader.data_command")
 
 # grain starts workers with spawn, which re-imports this file: start nothing on import.
 if __name__ == "__main__":

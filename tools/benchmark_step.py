@@ -8,7 +8,9 @@ flows).
 
 import sys
 
-from dew.bench.sweep.step_command import main
+from dew_entry import entry
+
+main = entry("dew.bench.sweep.step_command")
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -8,7 +8,9 @@ Options: prepare_dataset.py --help (logic in dew.bench.loader.prepare_dataset).
 
 import sys
 
-from dew.bench.loader.prepare_dataset import main
+from dew_entry import entry
+
+main = entry("dew.bench.loader.prepare_dataset")
 
 if __name__ == "__main__":
     sys.exit(main())
