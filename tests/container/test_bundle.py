@@ -11,8 +11,10 @@ import importlib.metadata
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -133,6 +135,75 @@ def test_a_missing_or_damaged_wheel_is_refused(tmp_path, damage):
     err = one_line(run(install), 1)
     assert f"wheel {wheel.name} " in err
     assert not (tmp_path / "bundle" / "site").exists()
+
+
+@pytest.mark.parametrize(
+    ("damage", "said"),
+    [
+        ("missing", "is missing: the bundle is incomplete"),
+        ("cut", "is damaged (not JSON: "),
+        ("empty", "is empty"),
+        ("a list", "is no bundle manifest (not a JSON object)"),
+        ("no wheels", "'wheels' should be a dict (missing)"),
+        ("python a number", "'python' should be a str (float)"),
+    ],
+)
+def test_a_damaged_bundle_json_is_one_line(tmp_path, damage, said):
+    # Issue 63: a cut, missing or malformed bundle.json was a traceback
+    install = make_bundle(tmp_path / "bundle")
+    manifest = tmp_path / "bundle" / "bundle.json"
+    text = manifest.read_text()
+    if damage == "missing":
+        manifest.unlink()
+    elif damage == "cut":
+        manifest.write_text(text[: len(text) // 2])
+    elif damage == "empty":
+        manifest.write_text("")
+    elif damage == "a list":
+        manifest.write_text("[]")
+    else:
+        data = json.loads(text)
+        if damage == "no wheels":
+            del data["wheels"]
+        else:
+            data["python"] = 3.11
+        manifest.write_text(json.dumps(data))
+    err = one_line(run(install), 1)
+    assert said in err and "copy the bundle whole again" in err
+    assert not (tmp_path / "bundle" / "site").exists()
+
+
+def test_ctrl_c_during_the_install_is_one_line_exit_130(tmp_path):
+    # Issue 63: Ctrl-C during install.py was a KeyboardInterrupt traceback. A pip of our own
+    # (first on PYTHONPATH) holds the install still until the signal comes.
+    install = make_bundle(tmp_path / "bundle")
+    shim, started = tmp_path / "shim" / "pip", tmp_path / "pip-started"
+    shim.mkdir(parents=True)
+    (shim / "__init__.py").write_text("")
+    (shim / "__main__.py").write_text(
+        "import pathlib, sys, time\n"
+        "if '--version' in sys.argv: sys.exit(0)\n"
+        f"pathlib.Path({str(started)!r}).write_text('')\n"
+        "time.sleep(60)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(shim.parent)}
+    process = subprocess.Popen([sys.executable, str(install)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
+    try:
+        for _ in range(300):
+            if started.exists():
+                break
+            time.sleep(0.05)
+        assert started.exists(), "the install never reached pip"
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == 130, err
+    assert out == "" and err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith("install.py: error: interrupted (SIGINT) before the install was")
+    assert not (tmp_path / "bundle" / "site").exists()
+    assert not list((tmp_path / "bundle").glob(".site.installing-*"))  # the half-made folder
 
 
 def test_a_target_that_is_no_bundles_install_is_left_alone(tmp_path):

@@ -26,6 +26,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -41,6 +42,52 @@ class Refused(Exception):
     def __init__(self, message: str, code: int = EXIT_REFUSED):
         super().__init__(message)
         self.code = code
+
+
+class Stopped(BaseException):
+    """SIGINT or SIGTERM: raised in the main thread, so the half-made folder is removed on
+    the way out; exit 128 + the signal, as a shell reports it."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.code = 128 + signum
+
+
+# What install.py reads of bundle.json, and the type each must have.
+MANIFEST_FIELDS = {"python": str, "lock": str, "host_packages": dict, "host_present": list,
+                   "wheels": dict}  # fmt: skip
+
+
+def read_manifest() -> dict:
+    """bundle.json, or Refused (exit 1: the bundle is damaged) naming what is wrong with it:
+    missing, cut short, not JSON, a field missing or of another type."""
+    path = HERE / MANIFEST
+    again = "copy the bundle whole again (or make it anew: nox -s bundle)"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise Refused(f"{path} is missing: the bundle is incomplete; {again}", 1) from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise Refused(f"{path} cannot be read ({error}); {again}", 1) from None
+    if not text.strip():
+        raise Refused(f"{path} is empty; {again}", 1)
+    try:
+        manifest = json.loads(text)
+    except ValueError as error:
+        raise Refused(f"{path} is damaged (not JSON: {error}); {again}", 1) from None
+    if not isinstance(manifest, dict):
+        raise Refused(f"{path} is no bundle manifest (not a JSON object); {again}", 1)
+    for field, kind in MANIFEST_FIELDS.items():
+        if not isinstance(manifest.get(field), kind):
+            got = "missing" if field not in manifest else type(manifest[field]).__name__
+            raise Refused(f"{path}: {field!r} should be a {kind.__name__} ({got}); {again}", 1)
+    return manifest
+
+
+def stop(signum: int, frame) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # one stop: the way out is not cut short
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise Stopped(signum)
 
 
 def canonical(name: str) -> str:
@@ -193,7 +240,7 @@ def check_imports(target: Path, host: dict) -> str:
 
 
 def install(target: Path) -> tuple[int, Path, dict]:
-    manifest = json.loads((HERE / MANIFEST).read_text())
+    manifest = read_manifest()
     check_python(manifest)
     found = found_on_path(sys.path)
     host = check_host(manifest, found, target)
@@ -234,11 +281,17 @@ def main(argv: list[str] | None = None) -> int:
         help="the folder to install into (default: site/ beside install.py)",
     )
     args = parser.parse_args(argv)
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, stop)
     try:
         count, target, host = install(args.target.resolve())
     except Refused as refused:
         print(f"install.py: error: {refused}", file=sys.stderr)
         return refused.code
+    except Stopped as stopped:
+        print(f"install.py: error: interrupted ({stopped}) before the install was checked; "
+              "run install.py again to make it whole", file=sys.stderr)  # fmt: skip
+        return stopped.code
     beside = ", ".join(f"{name} {info['version']}" for name, info in host.items())
     print(f"installed {count} wheels into {target} beside the host's {beside}")
     print(f"use it: . {target / 'env.sh'}")
