@@ -3,6 +3,9 @@ setid.mat) and --synthetic N become TFDS-layout directories the pipeline reads; 
 and an --out that would lose something are one line, exit 2, with nothing changed."""
 
 import importlib.util
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +25,11 @@ def prepare_main():
     """The tool's own main (the front is a thin import of dew.bench.loader.prepare_dataset.main)."""
     spec = importlib.util.spec_from_file_location("prepare_dataset", TOOL)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    sys.path.insert(0, str(TOOL.parent))  # as running the script puts its folder first
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(TOOL.parent))
     assert module.main is prepare.main
     return module.main
 
@@ -116,11 +123,15 @@ def test_synthetic(tmp_path, prepare_main):
         (["--out", "{out}", "--synthetic", "0"], "--synthetic must be at least 1 (got 0)"),
         (["--out", "{out}", "--synthetic", "-5"], "--synthetic must be at least 1 (got -5)"),
         (
+            ["--out", "{out}", "--synthetic", "3", "--seed", "-1"],
+            "--seed must be in [0, 2**63) (got -1)",
+        ),
+        (
             ["--out", "{out}", "--source", "{tmp}/nowhere"],
             "--source {tmp}/nowhere: no such directory",
         ),
     ],
-    ids=["no-args", "no-out", "neither", "both", "zero", "negative", "source-missing"],
+    ids=["no-args", "no-out", "neither", "both", "zero", "negative", "seed", "source-missing"],
 )
 def test_bad_command_line_is_one_line(tmp_path, capsys, argv, expected):
     # argparse printed its usage block here; now one line in the shared format.
@@ -199,3 +210,37 @@ def test_an_out_that_cannot_be_written_is_refused(capsys):
     assert prepare.main(["--synthetic", "2", "--out", str(out)]) == 2
     assert one_error_line(capsys).startswith(f"--out {out} cannot be written: ")
     assert not out.exists()
+
+
+def test_a_count_the_disk_cannot_hold_is_refused_before_any_record(tmp_path, capsys):
+    # Issue 63: --synthetic 99999999999 held 2.3 GB after 10 minutes, nothing written, no end
+    assert prepare.main(["--synthetic", "99999999999", "--out", str(tmp_path / "out")]) == 2
+    said = one_error_line(capsys)
+    assert said.startswith("--synthetic 99,999,999,999 needs about ") and "give at most" in said
+    assert not (tmp_path / "out").exists()
+
+
+def test_progress_is_said_as_shards_are_written(tmp_path, capsys):
+    assert prepare.main(["--synthetic", "3", "--out", str(tmp_path / "out")]) == 0
+    assert capsys.readouterr().err == "tools/prepare_dataset.py: 3 of 3 records written\n"
+
+
+def test_ctrl_c_is_one_line_saying_what_out_holds(tmp_path):
+    # Issue 63: Ctrl-C during prepare_dataset was a KeyboardInterrupt traceback
+    out = tmp_path / "out"
+    process = subprocess.Popen([sys.executable, str(TOOL), "--synthetic", "100000", "--out",
+                                str(out)], stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        first = process.stderr.readline()  # the first shard: records are being made
+        assert first.endswith("1,024 of 100,000 records written\n"), first
+        process.send_signal(signal.SIGINT)
+        rest = process.stderr.read()
+        process.wait(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 130 and "Traceback" not in rest, rest
+    assert rest.splitlines()[-1] == (
+        f"tools/prepare_dataset.py: error: interrupted: --out {out} holds part of a dataset "
+        "(no dataset_info.json yet, so no reader takes it); run again with --overwrite to make "
+        "it whole"
+    )

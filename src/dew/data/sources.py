@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from array_record.python.array_record_module import ArrayRecordReader, ArrayRecordWriter
@@ -195,21 +196,26 @@ def write_prepared(
     *,
     version: str = "1.0.0",
     records_per_shard: int = 1024,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Path:
     """Write records ({"image": JPEG bytes, "label": int, "file_name": str}) as a TFDS-layout
-    version directory `path`, readable by PreparedTfdsSource (and by TFDS itself)."""
+    version directory `path`, readable by PreparedTfdsSource (and by TFDS itself). A split's
+    records may be any sequence (a lazy one is read a shard at a time); `progress(done,
+    total)` hears each shard written."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     split_infos = []
+    total, done = sum(len(records) for records in splits.values()), 0
     for split, records in splits.items():
         num_shards = max(1, -(-len(records) // records_per_shard))
-        lengths = []
+        lengths, size = [], 0
         for shard in range(num_shards):
             chunk = records[shard * records_per_shard : (shard + 1) * records_per_shard]
             name = _shard_name(DEFAULT_TEMPLATE, dataset, split, shard, num_shards)
             # group_size:1 is what makes records randomly accessible (TFDS writes the same).
             writer = ArrayRecordWriter(str(path / name), "group_size:1")
             for record in chunk:
+                size += len(record["image"])
                 writer.write(
                     encode_example(
                         {
@@ -221,12 +227,15 @@ def write_prepared(
                 )
             writer.close()
             lengths.append(str(len(chunk)))
+            done += len(chunk)
+            if progress is not None:
+                progress(done, total)
         split_infos.append(
             {
                 "name": split,
                 "filepathTemplate": DEFAULT_TEMPLATE,
                 "shardLengths": lengths,
-                "numBytes": str(sum(len(r["image"]) for r in records)),
+                "numBytes": str(size),
             }
         )
     info = {

@@ -62,10 +62,32 @@ class SyntheticSource:
 def prepare_synthetic(
     num_records: int, out, *, seed: int = 0, sides: tuple[int, int] = SIDES, **write_options
 ):
-    """A TFDS-layout directory (split "train") of `num_records` synthetic records."""
+    """A TFDS-layout directory (split "train") of `num_records` synthetic records, made a
+    shard at a time (never all held at once)."""
     from dew.data.sources import write_prepared
     from dew.data.spec import SyntheticImages
 
-    records = [synthetic_record(seed, i, sides) for i in range(num_records)]
+    records = SyntheticRecords(num_records, seed, sides)
     name = SyntheticImages.prepared_name
     return write_prepared(out, name, {"train": records}, CLASS_NAMES, **write_options)
+
+
+class SyntheticRecords:
+    """The records of prepare_synthetic as a sequence, each made when it is read."""
+
+    def __init__(self, num_records: int, seed: int, sides: tuple[int, int] = SIDES):
+        self.num_records, self.seed, self.sides = num_records, seed, sides
+
+    def __len__(self) -> int:
+        return self.num_records
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self.num_records))]
+        return synthetic_record(self.seed, index, self.sides)
+
+
+def record_bytes(seed: int = 0, sample: int = 16, sides: tuple[int, int] = SIDES) -> float:
+    """The mean JPEG size of a synthetic record, from the first `sample` (a dataset's disk
+    before it is written)."""
+    return sum(len(synthetic_record(seed, i, sides)["image"]) for i in range(sample)) / sample

@@ -10,18 +10,23 @@ tools/prepare_dataset.py):
 
 --out is checked before any work: an existing prepared dataset, a non-empty directory or a
 file is never written over unless --overwrite says so (a file is never replaced by a
-directory), and a place that cannot be written is refused in one line.
+directory), and a place that cannot be written is refused in one line; so is a --synthetic
+count whose records (their mean size from a sample) would not fit the disk's free space.
+Records are made and written a shard at a time, each shard a progress line on stderr.
+SIGINT / SIGTERM: one line saying what --out holds, exit 130 / 143.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from dew.bench.common import cli
 from dew.bench.common.cli import UsageError
+from dew.bench.common.errors import Interrupted, faults
 from dew.bench.common.files import check_output_dir
 from dew.data.sources import DataError, prepared_files, read_dataset_info
 
@@ -52,6 +57,8 @@ def parse_args(argv: Sequence[str]) -> Args:
         raise UsageError(f"give one of --source DIR or --synthetic N ({given} given)")
     if args.synthetic is not None and args.synthetic < 1:
         raise UsageError(f"--synthetic must be at least 1 (got {args.synthetic})")
+    if not 0 <= args.seed < 2**63:  # numpy's seed words are unsigned
+        raise UsageError(f"--seed must be in [0, 2**63) (got {args.seed})")
     if args.source is not None and not args.source.is_dir():
         what = "not a directory" if args.source.exists() else "no such directory"
         raise UsageError(f"--source {args.source}: {what}")
@@ -78,6 +85,30 @@ def check_out(out: Path, *, overwrite: bool) -> list[Path]:
     )
 
 
+def check_room(count: int, out: Path) -> None:
+    """Refuse, before any record is written, a --synthetic count whose records would not fit
+    the free space where --out goes (the mean size of a sample of them, 10% to spare)."""
+    from dew.data.synthetic import record_bytes
+
+    where = out
+    while not where.exists():
+        where = where.parent
+    free = shutil.disk_usage(where).free
+    each = record_bytes()
+    need = count * each * 1.1
+    if need > free:
+        most = int(free / (each * 1.1))
+        raise UsageError(
+            f"--synthetic {count:,} needs about {need / 1e9:,.1f} GB ({each / 1e3:.0f} kB a "
+            f"record), more than the {free / 1e9:,.1f} GB free under {where}; give at most "
+            f"{most:,}, or an --out with room"
+        )
+
+
+def say_progress(done: int, total: int) -> None:
+    print(f"{PROG}: {done:,} of {total:,} records written", file=sys.stderr, flush=True)
+
+
 def prepare(args: Args) -> Path:
     """Write the dataset --out names; a source that is not what it should be is one line."""
     from dew.data.oxford_flowers import prepare_from_original
@@ -85,7 +116,9 @@ def prepare(args: Args) -> Path:
 
     try:
         if args.synthetic is not None:
-            return prepare_synthetic(args.synthetic, args.out, seed=args.seed)
+            return prepare_synthetic(
+                args.synthetic, args.out, seed=args.seed, progress=say_progress
+            )
         return prepare_from_original(args.source, args.out)
     except DataError as error:
         raise UsageError(str(error)) from None
@@ -97,7 +130,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     def body() -> int:
         args = parse_args(sys.argv[1:] if argv is None else list(argv))
         old_files = check_out(args.out, overwrite=args.overwrite)
-        path = prepare(args)
+        if args.synthetic is not None:
+            check_room(args.synthetic, args.out)
+        try:
+            path = prepare(args)
+        except Interrupted as stop:
+            stop.message = (
+                f"interrupted: --out {args.out} holds part of a dataset (no dataset_info.json "
+                "yet, so no reader takes it); run again with --overwrite to make it whole"
+            )
+            raise
         # Shards of the replaced dataset that the new one does not have (it had more
         # records, or other splits) would stay behind as files no dataset_info.json lists.
         written = set(prepared_files(path))
@@ -107,4 +149,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(path)
         return cli.EXIT_OK
 
-    return cli.run(PROG, body)
+    return faults(PROG, lambda: cli.run(PROG, body))
