@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
-from dew.bench.common.errors import EXIT_USAGE, say
+from dew.bench.common.errors import EXIT_USAGE, Interrupted, say, stop_signals
 from dew.host.benchmarks import TYPED_COMMAND
 from dew.host.engine import ROOT
+from dew.host.handover import run_tied
 
 
 def nox_argv() -> list[str] | None:
@@ -48,12 +50,28 @@ def run_session(name: str, help_text: str, argv: list[str], check) -> int:
         return EXIT_USAGE
     os.environ[TYPED_COMMAND] = prog  # nox's session names it too, in its error lines
     try:
-        check(argv, sys.executable)
+        with stop_signals():
+            check(argv, sys.executable)
     except SystemExit as stop:  # the sessions' usage(): its line is out
         return stop.code if isinstance(stop.code, int) else EXIT_USAGE
+    except Interrupted as stop:
+        say(prog, "interrupted while its arguments were checked; nothing was built or run")
+        return stop.exit_code
     nox = nox_argv()
     if nox is None:
         say(prog, "needs nox: python3.12 -m pip install nox")
         return EXIT_USAGE
-    done = subprocess.run([*nox, "-f", str(noxfile), "-s", name, "--", *map(from_here, argv)])
-    return done.returncode
+    if not any(arg == "--out" or arg.startswith("--out=") for arg in argv):
+        here = Path.cwd().resolve()
+        if here != ROOT and ROOT not in here.parents:
+            # nox runs from the noxfile's folder: the default folder is the checkout's
+            print(f"{prog}: the run's folder goes under {ROOT / 'results' / 'runs'} (the "
+                  f"checkout's) and its environments under {ROOT / '.nox'}; pass --out DIR "
+                  "to keep the run elsewhere", file=sys.stderr)  # fmt: skip
+    # Ctrl-C reaches nox from the terminal; a SIGTERM or SIGINT sent to this process alone is
+    # passed on, and the session's own stop is awaited rather than cut short
+    code = run_tied([*nox, "-f", str(noxfile), "-s", name, "--", *map(from_here, argv)])
+    if code < 0:  # nox itself ended by the signal
+        say(prog, f"interrupted ({signal.Signals(-code).name}): nox stopped")
+        return 128 - code
+    return code
