@@ -66,7 +66,8 @@ def nothing_made():
 def test_reproduce_refuses_a_tpu_record_here_saying_how_to_rerun_it(nothing_made):
     line = refused(dew("reproduce", str(TPU)), "reproduce")
     assert "ran on a TPU host's own stack: device TPU v5 lite, python 3.11.7" in line
-    assert "tools/benchmark_step.py --preset small" in line and "dew compare NEW.json" in line
+    assert "tools/benchmark_step.py --preset small" in line
+    assert "this host has no TPU" in line and f"`dew reproduce {TPU}` there" in line
 
 
 def test_reproduce_refuses_a_record_this_dew_cannot_read_or_with_no_rows(tmp_path, nothing_made):

@@ -8,6 +8,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import time
 from collections.abc import Sequence
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from dew.bench.common.arguments import OneLineParser, check_xla_flags
 from dew.bench.common.errors import UsageError, check_count
+from dew.bench.record.stack import TPU_HOST
 from dew.host.engine import ROOT, VARIANTS, image_exists
 from dew.host.image import image_from_ref
 from dew.host.outside_sources import site_env, site_mounts
@@ -41,9 +43,12 @@ class AbArgs:
     variant: str = "cpu"
     env: dict = field(default_factory=lambda: {"A": {}, "B": {}})
     xla_flags: dict = field(default_factory=lambda: {"A": "", "B": ""})
+    dtype: dict = field(default_factory=lambda: {"A": None, "B": None})
     outside: dict = field(default_factory=lambda: {"A": [], "B": []})  # outside_sources.py
     band: float = 5.0
     alpha: float = 0.05
+    out: str | None = None  # the run's folder; one with an ab-plan.json is continued
+    cache: str | None = None  # --compilation-cache-dir of every run (tpu-host: the kept programs)
 
 
 def ab_parser(prog: str, description: str = "") -> OneLineParser:
@@ -62,7 +67,14 @@ def ab_parser(prog: str, description: str = "") -> OneLineParser:
         help="a step of your own (docs/own-models.md), one case each")  # fmt: skip
     add("--steps", type=int, help="timed steps per case (default: the preset's)")
     add("--warmup", type=int, help="warmup steps per case (default: the preset's)")
-    add("--variant", choices=VARIANTS, default="cpu", help="the images' stack")
+    add("--variant", choices=(*VARIANTS, TPU_HOST), default="cpu", help="the images' stack; "
+        f"{TPU_HOST}: no image, this TPU host's own Python and JAX, each side this dew or a "
+        "bundle installed for another commit (docs/reproducing.md)")  # fmt: skip
+    add("--out", metavar="DIR", help="the run's folder (default: a new one under results/runs); "
+        "one that holds this plan's ab-plan.json is continued, its finished runs kept")  # fmt: skip
+    add("--compilation-cache-dir", dest="cache", metavar="DIR", help="every run's (the step "
+        f"tool's flag); {TPU_HOST}: where round 1 keeps each side's compiled programs for the "
+        "later rounds to load (default: /tmp/dew-cache)")  # fmt: skip
     add("--outside", action="append", default=[], metavar="SRC", help="code from outside dew "
         "on both sides: PATH[@REV], a folder or a wheel")  # fmt: skip
     for side in ("a", "b"):
@@ -72,6 +84,8 @@ def ab_parser(prog: str, description: str = "") -> OneLineParser:
             help=f"an environment variable of side {side.upper()}'s cases")  # fmt: skip
         add(f"--{side}-xla-flags", default="", metavar="FLAGS",
             help=f"XLA flags added to side {side.upper()}'s")  # fmt: skip
+        add(f"--{side}-dtype", metavar="DTYPE", help=f"side {side.upper()}'s --dtype (the step "
+            "tool's: bfloat16, float32)")  # fmt: skip
     add("--band", type=float, default=5.0, metavar="PCT", help="the change called none, in %%")
     add("--alpha", type=float, default=0.05, help="the test's level")
     return parser
@@ -107,6 +121,8 @@ def parse_ab(argv: Sequence[str]) -> AbArgs:
         warmup=parsed.warmup, variant=parsed.variant, band=parsed.band, alpha=parsed.alpha,
         env={name: dict(getattr(parsed, f"{s}_env")) for name, s in sides.items()},
         xla_flags={name: getattr(parsed, f"{s}_xla_flags") for name, s in sides.items()},
+        dtype={name: getattr(parsed, f"{s}_dtype") for name, s in sides.items()},
+        out=parsed.out, cache=parsed.cache,
         outside={name: [*parsed.outside, *getattr(parsed, f"{s}_outside")]
                  for name, s in sides.items()},
     )  # fmt: skip
@@ -194,7 +210,16 @@ def check_side(name: str, given: str, variant: str) -> None:
 
 
 def units(args: AbArgs) -> list[dict]:
-    """One process each: an architecture (the preset's cases of it), one case or one step."""
+    """One process each: an architecture (the preset's cases of it), one case or one step.
+    On a TPU host one process holds every case, as each of the step tool's rounds there
+    does (dew.bench.sweep.chip: one holder opens the chip, ~10 s, and times them in turn)."""
+    if args.variant == TPU_HOST and (args.architectures or args.cases):
+        cases = ["--cases", json.dumps(args.cases)] if args.cases else []
+        names = ["--architectures", *args.architectures] if args.architectures else []
+        label = " ".join(args.architectures) or f"{len(args.cases)} cases"
+        return [{"label": label, "args": cases or names}] + [
+            {"label": spec, "args": ["--step", spec]} for spec in args.step_factories
+        ]
     steps = [{"label": spec, "args": ["--step", spec]} for spec in args.step_factories]
     if args.cases:
         return [
@@ -210,7 +235,13 @@ def tool_flags(args: AbArgs) -> list[str]:
     """The step tool's flags every unit shares."""
     tool = ["--preset", args.preset, "--idle-check", "off", "--format", "md"]
     tool += ["--steps", str(args.steps)] if args.steps is not None else []
+    tool += ["--compilation-cache-dir", args.cache] if args.cache else []
     return tool + (["--warmup", str(args.warmup)] if args.warmup is not None else [])
+
+
+def side_flags(args: AbArgs, name: str) -> list[str]:
+    """The step tool's flags of one side only."""
+    return ["--dtype", args.dtype[name]] if args.dtype[name] else []
 
 
 def check_cases(python: str, args: AbArgs) -> None:
@@ -228,8 +259,11 @@ def check_cases(python: str, args: AbArgs) -> None:
     checks += [["--step", spec] for spec in args.step_factories]
     # a side's XLA flags, checked by JAX starting with them (garbage ends its start)
     runs = [(unit_args, "", "") for unit_args in checks] + [
-        (checks[0], f"--{name.lower()}-xla-flags: ", args.xla_flags[name])
+        ([*checks[0], *side_flags(args, name)], f"--{name.lower()}-xla-flags: ",
+         args.xla_flags[name])
         for name in ("A", "B") if args.xla_flags[name] and checks]  # fmt: skip
+    runs += [([*checks[0], *side_flags(args, name)], f"--{name.lower()}-dtype: ", "")
+             for name in ("A", "B") if args.dtype[name] and checks]  # fmt: skip
     for unit_args, which, flags in runs:
         argv = [python, str(ROOT / TOOL), *tool_flags(args), *unit_args, "--check-only"]
         env = {**os.environ, "JAX_PLATFORMS": "cpu"}  # names and configs only: no device
@@ -246,10 +280,15 @@ def order(round_index: int, unit_index: int) -> tuple[str, str]:
     return ("A", "B") if (round_index + unit_index) % 2 == 0 else ("B", "A")
 
 
-def run_rounds(engine, sides: dict, args: AbArgs, run_dir: Path, env: dict, log=print) -> None:
+def run_rounds(
+    engine, sides: dict, args: AbArgs, run_dir: Path, env: dict, log=print, on_host=None
+) -> None:
     """Every round runs every case once per side, each in a fresh process, the order
     alternating; each run's record goes to run_dir/rounds/<side>-r<round>-c<case>.json
-    (what dew.bench.analysis.ab pairs), its output to the matching .log."""
+    (what dew.bench.analysis.ab pairs), its output to the matching .log. `on_host(side,
+    tool_args, env)`: where there is no engine (a TPU host), the (argv, environment) of the
+    step tool run by that side's dew here. A run_dir whose ab-plan.json is this plan's is
+    continued: the runs it lists are kept, the rest run (a run that was cut off again)."""
     rounds_dir = run_dir / "rounds"
     rounds_dir.mkdir(parents=True, exist_ok=True)
     plan = units(args)
@@ -258,28 +297,78 @@ def run_rounds(engine, sides: dict, args: AbArgs, run_dir: Path, env: dict, log=
         "sides": {name: side.describe() for name, side in sides.items()},
         "rounds": args.rounds, "units": [unit["label"] for unit in plan],
         "env": {name: side_env(env, args, name, side) for name, side in sides.items()},
-        "tool": tool, "band": args.band, "alpha": args.alpha, "order": [],
+        "tool": tool, "side_tool": {name: side_flags(args, name) for name in sides},
+        "band": args.band, "alpha": args.alpha, "order": [],
     }  # fmt: skip
-    gpu = args.variant != "cpu"
+    done = continued(run_dir, manifest)
+    gpu = args.variant not in ("cpu", TPU_HOST)
     for r in range(args.rounds):
         for u, unit in enumerate(plan):
             for name in order(r, u):
                 stem = f"{name}-r{r + 1:02d}-c{u + 1:02d}"
                 out = rounds_dir / f"{stem}.json"
-                command = ["python", TOOL, *tool, *unit["args"], "--json-out",
-                           to_image_path(out)]  # fmt: skip
-                argv = run_argv(engine, sides[name].image, command,
-                                env=side_env(env, args, name, sides[name]), gpu=gpu,
-                                mounts=site_mounts(sides[name].site))  # fmt: skip
+                if stem in done:
+                    manifest["order"].append(done[stem])
+                    continue
+                out.unlink(missing_ok=True)  # a run cut off before its end: run again
+                tool_args = [*tool, *side_flags(args, name), *unit["args"]]
+                process_env = side_env(env, args, name, sides[name])
+                if on_host is None:
+                    command = ["python", TOOL, *tool_args, "--json-out", to_image_path(out)]
+                    argv = run_argv(engine, sides[name].image, command, env=process_env,
+                                    gpu=gpu, mounts=site_mounts(sides[name].site))  # fmt: skip
+                    process_env = None
+                else:
+                    argv, process_env = on_host(sides[name], [*tool_args, "--json-out", str(out)],
+                                                process_env)  # fmt: skip
                 started = time.monotonic()
                 with open(rounds_dir / f"{stem}.log", "w") as output:
-                    code = subprocess.call(argv, stdout=output, stderr=subprocess.STDOUT)
+                    code = run_passing_stops(argv, output, process_env)
                 manifest["order"].append({"round": r + 1, "unit": u + 1, "side": name,
                                           "record": out.name, "exit": code})  # fmt: skip
                 log(f"round {r + 1}/{args.rounds} {unit['label']} {name} ({sides[name].given}): "
                     f"{figure_of(out) or 'no record, exit ' + str(code)} "
                     f"[{time.monotonic() - started:.0f} s]")  # fmt: skip
                 (run_dir / "ab-plan.json").write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+def continued(run_dir: Path, manifest: dict) -> dict[str, dict]:
+    """The runs an earlier, cut-off A/B in run_dir finished (stem -> its order entry), where
+    its ab-plan.json is the same plan (sides, rounds, cases, flags); none where there is no
+    plan; UsageError where the plan is another's."""
+    path = run_dir / "ab-plan.json"
+    if not path.is_file():
+        return {}
+    try:
+        earlier = json.loads(path.read_text())
+    except ValueError as error:
+        raise UsageError(f"--out {run_dir}: its ab-plan.json is not JSON ({error})") from None
+    same = ("rounds", "units", "tool", "side_tool", "env")
+    differs = [key for key in same if earlier.get(key) != manifest[key]]
+    givens = [{n: s.get("given") for n, s in (plan.get("sides") or {}).items()}
+              for plan in (earlier, manifest)]  # fmt: skip
+    differs += ["sides"] if givens[0] != givens[1] else []
+    if differs:
+        raise UsageError(
+            f"--out {run_dir} holds another A/B (its {', '.join(differs)} differ): "
+            "give a new folder, or its own arguments to continue it"
+        )
+    return {Path(entry["record"]).stem: entry for entry in earlier.get("order") or []
+            if entry.get("exit") in (0, 1)  # the tool ran its rounds (1: a case failed)
+            and (run_dir / "rounds" / entry["record"]).is_file()}  # fmt: skip
+
+
+def run_passing_stops(argv: list[str], output, env: dict | None) -> int:
+    """The run's exit status; a stop that ends this process (an exception raised by a
+    signal handler, Ctrl-C) is passed to the run first and waited for, so the step tool
+    keeps its whole rows and lets go of the device before this process ends."""
+    child = subprocess.Popen(argv, stdout=output, stderr=subprocess.STDOUT, env=env)
+    try:
+        return child.wait()
+    except BaseException as stop:
+        child.send_signal(getattr(stop, "signum", signal.SIGINT))
+        child.wait()
+        raise
 
 
 def side_env(env: dict, args: AbArgs, name: str, side: Side | None = None) -> dict:

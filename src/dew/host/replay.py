@@ -29,9 +29,11 @@ from dew.host.stack_images import Unreproducible, choose_base, materialise, remo
 
 
 def reproduce_parser(prog: str, description: str = "") -> OneLineParser:
-    """`reproduce RECORD.json [--outside SOURCE]... [--interleaved ROUNDS]`."""
+    """`reproduce RECORD.json [--outside SOURCE]... [--interleaved ROUNDS]`; a TPU record on a
+    TPU host: `reproduce RECORD.json [--dew DIR] [--accept-stack-difference] [--out DIR]`."""
     # One record: nargs="*" only so that two are refused in reproduce's own words.
-    usage = f"{prog} [-h] [--outside PATH[@REV]|WHEEL]... [--interleaved N] RECORD.json"
+    usage = (f"{prog} [-h] [--outside PATH[@REV]|WHEEL]... [--interleaved N] [--dew DIR] "
+             "[--accept-stack-difference] [--out DIR] RECORD.json")  # fmt: skip
     parser = OneLineParser(prog=prog, description=description, usage=usage)
     parser.add_argument(
         "record", nargs="*", metavar="RECORD.json", help="the step record to rerun (one)"
@@ -44,6 +46,20 @@ def reproduce_parser(prog: str, description: str = "") -> OneLineParser:
     parser.add_argument(
         "--interleaved", type=_rounds, metavar="N",
         help="the record's stack and today's (HEAD) in N >= 2 paired rounds (nox -s ab)",
+    )  # fmt: skip
+    tpu = parser.add_argument_group("a TPU record, on a TPU host (no nox, no image)")
+    tpu.add_argument(
+        "--dew", metavar="DIR", help="the dew that reruns it: a bundle built at the record's "
+        "commit, installed by its install.py --target DIR (default: this dew)",
+    )  # fmt: skip
+    tpu.add_argument(
+        "--accept-stack-difference", action="store_true", help="rerun it where this host's "
+        "Python, jax, jaxlib, libtpu or device, or the dew, is not the record's; the "
+        "differences are written into the new record's note",
+    )  # fmt: skip
+    tpu.add_argument(
+        "--out", metavar="DIR", help="the rerun's folder (default: a new one under "
+        "results/runs); one that holds a step.json is continued (the step tool's --resume)",
     )  # fmt: skip
     return parser
 
@@ -66,6 +82,14 @@ def parse_reproduce(argv: list[str]) -> tuple[Path, list[str], int | None]:
     if len(args.record) != 1:
         usage("reproduce", f"takes one step record (a JSON file), got {len(args.record)}")
     return Path(args.record[0]), args.outside, args.interleaved
+
+
+def tpu_only_flags(argv: list[str]) -> list[str]:
+    """The flags given that only a TPU record's rerun on a TPU host takes."""
+    args = reproduce_parser("reproduce").parse(argv)
+    given = {"--dew": args.dew, "--accept-stack-difference": args.accept_stack_difference,
+             "--out": args.out}  # fmt: skip
+    return [flag for flag, value in given.items() if value]
 
 
 def interleaved_args(record_path: Path, settings: dict, sources: list[str], rounds: int):

@@ -100,17 +100,25 @@ def spec_from_record(record: dict, origin: str, root: Path = ROOT) -> StackSpec:
         )
     variant = stack.recorded_variant(record)
     if variant == stack.TPU_HOST:
-        rerun = " ".join(["python3.11 tools/benchmark_step.py",
-                          *map(_quoted, settings_args(record.get("settings") or {}))])  # fmt: skip
-        raise Unreproducible(
-            f"{origin} ran on {stack.host_stack_line(record)}, not in an image, and dew rebuilds "
-            f"stacks as images: rerun it on a TPU host with the bundle built at {commit[:7]} "
-            f"(docs/tpu-install.md), `{rerun} --json-out NEW.json`, then `dew compare "
-            "NEW.json` against it"
-        )
+        raise Unreproducible(on_a_tpu_host(record, origin, "not in an image, and dew rebuilds "
+                                           "stacks as images"))  # fmt: skip
     full = resolve_commit(commit, origin, root)
     container = dict(environment.get("container") or {})
     return StackSpec(full, variant, origin, container, from_record=True)
+
+
+def on_a_tpu_host(record: dict, origin: str, why_not_here: str) -> str:
+    """Where and how a TPU record is rerun: `dew reproduce` on a TPU host, with the bundle
+    built at its commit (docs/reproducing.md, "On a TPU host")."""
+    commit = ((record.get("environment") or {}).get("code") or {}).get("commit") or "?"
+    rerun = " ".join(["python3.11 tools/benchmark_step.py",
+                      *map(_quoted, settings_args(record.get("settings") or {}))])  # fmt: skip
+    path = origin.split(" ")[-1]
+    return (
+        f"{origin} ran on {stack.host_stack_line(record)}, {why_not_here}: rerun it on a TPU "
+        f"host with the bundle built at {commit[:7]} (docs/tpu-install.md): `dew reproduce "
+        f"{path}` there (its cases: `{rerun}`)"
+    )
 
 
 def stack_parts(record: dict, root: Path = ROOT) -> tuple[list[str], list[str]]:

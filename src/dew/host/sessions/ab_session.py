@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dew.bench.common.errors import UsageError
+from dew.bench.record.stack import TPU_HOST
 from dew.host import replay
 from dew.host.ab_rounds import (
     ab_parser,
@@ -56,6 +57,9 @@ def ab(session, posargs: list[str], name: str = "ab") -> None:
         args = parse_ab(posargs)
     except UsageError as error:
         replay.usage(name, str(error))
+    if args.variant == TPU_HOST:  # no image: the dew command runs it on the host itself
+        replay.usage(name, f"--variant {TPU_HOST} runs on the TPU host without nox: "
+                           f"dew ab {' '.join(posargs)}")  # fmt: skip
     engine = replay.engine_for(session, name, args.variant)
     try:
         sides = {
@@ -86,11 +90,16 @@ def ab(session, posargs: list[str], name: str = "ab") -> None:
         if side.image.variant != args.variant:
             why = f"a {side.image.variant} image, not {args.variant} (--variant)"
             replay.usage(name, f"{side.name} {side.given} is {why}")
-    run_dir = new_run_dir(f"ab-{args.preset}", args.variant)
+    run_dir = (
+        Path(args.out).resolve() if args.out else new_run_dir(f"ab-{args.preset}", args.variant)
+    )
     for side in sides.values():
         into = run_dir / "outside" / side.name
         side.site = replay.outside_site(session, name, engine, side.image, side.packages, into)
     env = SMOKE_ENV if args.variant == "cpu" else {"JAX_PLATFORMS": "cuda"}
-    run_rounds(engine, sides, args, run_dir, env, log=session.log)
+    try:
+        run_rounds(engine, sides, args, run_dir, env, log=session.log)
+    except UsageError as error:  # --out holds another A/B
+        replay.usage(name, str(error))
     today.python("-m", "dew.bench.analysis.ab", today.path(run_dir), success_codes=(0, 1, 3))
     session.log(f"A/B: {(run_dir / 'ab.md').relative_to(ROOT)}, a.json, b.json, ab.png")

@@ -37,6 +37,13 @@ def check_arguments(argv: list[str], python: str) -> None:
     line, exit 2."""
     record_path, sources, rounds = replay.parse_reproduce(argv)
     record, settings, _ = replay.read_step_record("reproduce", record_path)
+    tpu_only = replay.tpu_only_flags(argv)
+    if tpu_only:  # the record has an image's stack: nothing of a TPU host's to take
+        replay.usage(
+            "reproduce",
+            f"{', '.join(tpu_only)}: only for a TPU record rerun on a TPU host; RECORD "
+            f"{record_path}'s stack is rebuilt as an image",
+        )
     try:
         stack_images.spec_from_record(record, f"RECORD {record_path}")
     except EngineError as error:
