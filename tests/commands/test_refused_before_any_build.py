@@ -93,3 +93,14 @@ def test_ab_refuses_a_missing_commit_a_tpu_record_and_bad_xla_flags(nothing_made
                        "--b-xla-flags=--xla_no_such_flag=1"), "ab")  # fmt: skip
     assert line.startswith("dew ab: error: --b-xla-flags: JAX cannot start"), line
     assert "Unknown flag in XLA_FLAGS: --xla_no_such_flag=1" in line
+
+
+def test_a_tpu_hosts_flags_and_an_out_the_image_cannot_write_are_refused(tmp_path, nothing_made):
+    line = refused(dew("reproduce", str(CPU), "--dew", str(tmp_path)), "reproduce")
+    assert "--dew: only for a TPU record rerun on a TPU host" in line
+    line = refused(dew("reproduce", str(CPU), "--out", str(tmp_path / "run")), "reproduce")
+    assert f"--out {tmp_path / 'run'}: a run in an image writes under {REPO / 'results'}" in line
+    line = refused(dew("ab", "HEAD", "HEAD", "--architectures", "uvit", "--out",
+                       str(tmp_path / "ab")), "ab")  # fmt: skip
+    assert "a run in an image writes under" in line
+    assert not (tmp_path / "run").exists() and not (tmp_path / "ab").exists()

@@ -22,7 +22,7 @@ from dew.bench.common.files import read_json_object
 from dew.bench.record import stack
 from dew.host.bases import DEFAULT_BASE_IMAGE
 from dew.host.benchmarks import choose_engine, resolve_base, usage
-from dew.host.engine import EngineError
+from dew.host.engine import ROOT, EngineError
 from dew.host.gpu_checks import gpu_here, gpu_preflight
 from dew.host.outside_sources import Package, install, keep, prepare_all
 from dew.host.stack_images import Unreproducible, choose_base, materialise, remove_built
@@ -32,8 +32,8 @@ def reproduce_parser(prog: str, description: str = "") -> OneLineParser:
     """`reproduce RECORD.json [--outside SOURCE]... [--interleaved ROUNDS]`; a TPU record on a
     TPU host: `reproduce RECORD.json [--dew DIR] [--accept-stack-difference] [--out DIR]`."""
     # One record: nargs="*" only so that two are refused in reproduce's own words.
-    usage = (f"{prog} [-h] [--outside PATH[@REV]|WHEEL]... [--interleaved N] [--dew DIR] "
-             "[--accept-stack-difference] [--out DIR] RECORD.json")  # fmt: skip
+    usage = (f"{prog} [-h] [--outside PATH[@REV]|WHEEL]... [--interleaved N] [--out DIR] "
+             "[--dew DIR] [--accept-stack-difference] RECORD.json")  # fmt: skip
     parser = OneLineParser(prog=prog, description=description, usage=usage)
     parser.add_argument(
         "record", nargs="*", metavar="RECORD.json", help="the step record to rerun (one)"
@@ -57,9 +57,10 @@ def reproduce_parser(prog: str, description: str = "") -> OneLineParser:
         "Python, jax, jaxlib, libtpu or device, or the dew, is not the record's; the "
         "differences are written into the new record's note",
     )  # fmt: skip
-    tpu.add_argument(
+    parser.add_argument(
         "--out", metavar="DIR", help="the rerun's folder (default: a new one under "
-        "results/runs); one that holds a step.json is continued (the step tool's --resume)",
+        "results/runs); on a TPU host one that holds a step.json is continued (the step "
+        "tool's --resume)",
     )  # fmt: skip
     return parser
 
@@ -84,11 +85,19 @@ def parse_reproduce(argv: list[str]) -> tuple[Path, list[str], int | None]:
     return Path(args.record[0]), args.outside, args.interleaved
 
 
+def check_image_out(prog: str, out: str | None) -> None:
+    """--out of a run in an image: a folder under the checkout's results/, the one folder the
+    image writes into (dew.host.runner); else one line, exit 2."""
+    results = ROOT / "results"
+    if out and not Path(out).resolve().is_relative_to(results.resolve()):
+        usage(prog, f"--out {out}: a run in an image writes under {results} only; give a "
+                    "folder there (a TPU host's run, which has no image, takes any)")  # fmt: skip
+
+
 def tpu_only_flags(argv: list[str]) -> list[str]:
     """The flags given that only a TPU record's rerun on a TPU host takes."""
     args = reproduce_parser("reproduce").parse(argv)
-    given = {"--dew": args.dew, "--accept-stack-difference": args.accept_stack_difference,
-             "--out": args.out}  # fmt: skip
+    given = {"--dew": args.dew, "--accept-stack-difference": args.accept_stack_difference}
     return [flag for flag, value in given.items() if value]
 
 

@@ -41,6 +41,7 @@ def check_arguments(argv: list[str], python: str, name: str = "ab") -> None:
     image); one line, exit 2."""
     try:
         args = parse_ab(argv)
+        replay.check_image_out(name, args.out)
         for side, given in (("A", args.a), ("B", args.b)):
             check_side(side, given, args.variant)
         check_cases(python, args)
@@ -90,6 +91,7 @@ def ab(session, posargs: list[str], name: str = "ab") -> None:
         if side.image.variant != args.variant:
             why = f"a {side.image.variant} image, not {args.variant} (--variant)"
             replay.usage(name, f"{side.name} {side.given} is {why}")
+    replay.check_image_out(name, args.out)
     run_dir = (
         Path(args.out).resolve() if args.out else new_run_dir(f"ab-{args.preset}", args.variant)
     )

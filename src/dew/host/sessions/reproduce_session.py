@@ -12,11 +12,12 @@ in N paired rounds instead (ab's design: the run level cancels).
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 from dew.bench.common.files import atomic_write  # dew's one atomic writer; standard library only
 from dew.host import replay, stack_images
 from dew.host.benchmarks import compare_with_published
-from dew.host.engine import ROOT, EngineError
+from dew.host.engine import EngineError
 from dew.host.gpu_checks import gpu_visible_in_image
 from dew.host.outside_sources import site_env, site_mounts
 from dew.host.runner import Runner, new_run_dir
@@ -37,6 +38,7 @@ def check_arguments(argv: list[str], python: str) -> None:
     line, exit 2."""
     record_path, sources, rounds = replay.parse_reproduce(argv)
     record, settings, _ = replay.read_step_record("reproduce", record_path)
+    replay.check_image_out("reproduce", replay.reproduce_parser("reproduce").parse(argv).out)
     tpu_only = replay.tpu_only_flags(argv)
     if tpu_only:  # the record has an image's stack: nothing of a TPU host's to take
         replay.usage(
@@ -85,7 +87,12 @@ def reproduce(session) -> None:
     on_gpu = spec.variant != "cpu"
     if on_gpu:
         gpu_visible_in_image(session, engine, image)
-    run_dir = new_run_dir(f"reproduce-{settings.get('preset') or 'cases'}", spec.variant)
+    out = replay.reproduce_parser("reproduce").parse(session.posargs).out
+    replay.check_image_out("reproduce", out)
+    run_dir = Path(out).resolve() if out else None
+    if run_dir is not None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = run_dir or new_run_dir(f"reproduce-{settings.get('preset') or 'cases'}", spec.variant)
     site = replay.outside_site(session, "reproduce", engine, image, packages, run_dir / "outside")
     runner = Runner(session, engine, image, gpu=on_gpu, mounts=site_mounts(site))
     if unmatched:
@@ -104,4 +111,4 @@ def reproduce(session) -> None:
     shutil.copyfile(record_path, reference)
     today.python("-m", "dew.bench.record.validate", today.path(step_json))  # today's judge
     compare_with_published(today, run_dir, reference=reference)
-    session.log(f"record: {step_json.relative_to(ROOT)} (commit {spec.commit[:7]}, {image.ref})")
+    session.log(f"record: {step_json} (commit {spec.commit[:7]}, {image.ref})")
