@@ -7,9 +7,10 @@ Needs libtpu importable (`pip install libtpu==0.0.46.3`, or the TPU host's own) 
 with JAX_PLATFORMS=cpu and ALLOW_MULTIPLE_LIBTPU_LOAD=1 (set here): each case is built as
 the step benchmark's compile-only path builds it (dew.bench.sweep.case_run.prepare on the
 topology's devices, dew.train.executables.topology_devices), compiled for the chip, and
-its optimized HLO counted by dew's counter (dew.telemetry.instrumentation), XLA's own
-cost analysis beside it. Prints a Markdown table against the reference's rows. One case
-at a time: a TPU compile of the small preset takes minutes on a small host.
+its optimized HLO counted by dew's counter (dew.telemetry.instrumentation), with its work
+count (each ragged dot by its groups, a Mosaic call by its stated cost: docs/conventions.md)
+and XLA's own cost analysis beside it. Prints a Markdown table against the reference's
+rows. One case at a time: a TPU compile of the small preset takes minutes on a small host.
 Exit 0; 2 on bad input (one line).
 """
 
@@ -40,10 +41,10 @@ class Args:
     reference: str = str(REPO / "results/published/2026-09-02-rtx4080-6b0f119-small.json")
 
 
-def count(case: presets.Case, topology: str) -> tuple[float, float | None]:
-    """(dew's GFLOP/step, XLA's cost analysis GFLOP) of the case compiled for `topology`,
-    by the step benchmark's own compile-only path (dew.bench.sweep.case_run.prepare, as a
-    chip's compile process runs it)."""
+def count(case: presets.Case, topology: str) -> tuple[float, float | None, float | None]:
+    """(dew's GFLOP/step, its work GFLOP, XLA's cost analysis GFLOP) of the case compiled
+    for `topology`, by the step benchmark's own compile-only path
+    (dew.bench.sweep.case_run.prepare, as a chip's compile process runs it)."""
     from dew.bench.sweep.case_run import Figures, prepare
     from dew.bench.sweep.settings import Options
     from dew.flags import CACHE_OFF
@@ -55,7 +56,7 @@ def count(case: presets.Case, topology: str) -> tuple[float, float | None]:
     prepare(case, options, figures, devices=topology_devices(topology))
     if figures.gflop_per_step is None:  # the count failed: its reason
         raise RuntimeError(figures.flops_error or "no FLOP count")
-    return figures.gflop_per_step, figures.cost_analysis_gflop
+    return figures.gflop_per_step, figures.work_gflop_per_step, figures.cost_analysis_gflop
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -71,11 +72,11 @@ def table(args: Args) -> int:
         raise cli.UsageError(f"--architectures: {error}") from None
     reference = load(Path(args.reference), "--reference")
     published = {row.key(): row.gflop_per_step for row in reference.rows}
-    print(f"| case | GFLOP {args.topology} | GFLOP reference | diff | cost analysis |")
-    print("|---|---|---|---|---|")
+    print(f"| case | GFLOP {args.topology} | work GFLOP | GFLOP reference | diff | cost analysis |")
+    print("|---|---|---|---|---|---|")
     for case in cases:
         try:
-            ours, cost = count(case, args.topology)
+            ours, work, cost = count(case, args.topology)
         except (RuntimeError, ValueError) as error:  # no libtpu, a topology it cannot make
             raise cli.UsageError(
                 f"{case.label()}: cannot compile for {args.topology} here: "
@@ -84,8 +85,8 @@ def table(args: Args) -> int:
         theirs = published.get(case.key())
         diff = f"{100 * (ours / theirs - 1):+.3f}%" if theirs else "—"
         shown = f"{theirs:.3f}" if theirs else "—"
-        print(f"| {case.label()} | {ours:.3f} | {shown} | {diff} | {cost or 0:.3f} |",
-              flush=True)  # fmt: skip
+        cells = [case.label(), f"{ours:.3f}", f"{work or 0:.3f}", shown, diff, f"{cost or 0:.3f}"]
+        print("| " + " | ".join(cells) + " |", flush=True)
     return 0
 
 
