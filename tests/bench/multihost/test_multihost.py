@@ -30,6 +30,11 @@ def test_row_takes_the_slowest_process_and_the_spread():
     assert (row.params, row.gflop_per_step) == (10, 1.5)
 
 
+def test_both_utils_are_the_slowest_processs():
+    rows = [_row(10.0, 9.5, util=0.5, work_util=0.4), _row(12.5, 12.0, util=0.4, work_util=0.32)]
+    assert (combine(rows).util, combine(rows).work_util) == (0.4, 0.32)
+
+
 def test_a_process_reason_is_its_last_line_that_says_something(tmp_path):
     # gloo's threads tear its connection lines apart: a killed process's log (a CI run's,
     # process 1) may end in a piece with no word in it, which is no reason.

@@ -19,7 +19,7 @@ from dew.bench.record.schema import ProcessInfo, StepRow
 KV_TIMEOUT_MS = 600_000  # a peer still compiling a large case may take minutes to answer
 # Fields that are timings of one process; the row takes them from the slowest process.
 TIMING_FIELDS = ("ms_per_step", "p10_ms", "p50_ms", "p90_ms", "samples_per_s", "tokens_per_s")
-TIMING_FIELDS += ("util", "compile_s")
+TIMING_FIELDS += ("util", "work_util", "compile_s")
 
 
 # --- inside a multi-process run ----------------------------------------------------------
