@@ -67,6 +67,21 @@ def test_resume_of_a_missing_record_says_it_starts_one(tmp_path, monkeypatch, ca
     )
 
 
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [("", "--resume {path} is empty (0 bytes)"), ("loader", "--resume: {path} is a 'data' record")],
+)
+def test_check_only_reads_the_record_resume_continues(tmp_path, capsys, content, said):
+    # found by issue 63's probe: --check-only passed --resume of an empty file
+    path = tmp_path / "run.json"
+    path.write_text(
+        content if content != "loader" else (LOADER / "data-workers-0.json").read_text()
+    )
+    argv = ["step", "--architectures", "simple_dit", "--compile-only", "--json-out", str(path)]
+    assert dew([*argv, "--resume", "--check-only"]) == 2
+    assert said.format(path=path) in one_error_line(capsys)
+
+
 def test_an_empty_file_is_named_empty(tmp_path, capsys):
     # ec83e06: "not JSON: Expecting value at line 1 column 1"
     empty = tmp_path / "run.json"

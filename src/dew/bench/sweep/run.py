@@ -38,9 +38,10 @@ from typing import Any
 from dew.bench.analysis.tables import num
 from dew.bench.common.cli import UsageError, one_line
 from dew.bench.common.errors import Interrupted
+from dew.bench.common.files import read_json_object
 from dew.bench.multihost.combine import process_table
 from dew.bench.record.capture import capture
-from dew.bench.record.schema import BenchmarkRun, Environment, StepRow, read_run
+from dew.bench.record.schema import BenchmarkRun, Environment, StepRow
 from dew.bench.record.stack import identity_differences
 from dew.bench.runtime import hostprobe, idle
 from dew.bench.runtime.progress import LogProgress, SilentProgress
@@ -132,12 +133,12 @@ def environment_for(
 
 
 def read_previous(path: str) -> BenchmarkRun:
-    """The record --resume continues (UsageError: one line, when it is not one)."""
+    """The record --resume continues (UsageError: one line, when it is not one: missing,
+    empty, not JSON, not a record)."""
+    text = read_json_object(Path(path), "--resume")
     try:
-        record = read_run(path)
-    except FileNotFoundError:
-        raise UsageError(f"--resume: {path}: no such file") from None
-    except (OSError, UnicodeDecodeError, ValueError) as error:
+        record = BenchmarkRun.model_validate_json(text)
+    except ValueError as error:
         raise UsageError(f"--resume: {path} is not a results record: {one_line(error)}") from None
     if record.kind != "step":
         raise UsageError(f"--resume: {path} is a {record.kind!r} record; need a step record")

@@ -220,6 +220,10 @@ def check_outputs(args: Args) -> None:
         # pyperf's --append and asv's continue the same way (a missing file is begun), so
         # a script may pass --resume every time; but the user hears it, never silently
         log(f"--resume: {args.json_out} does not exist yet; starting a new record there")
+    if args.resume and args.json_out is not None and os.path.lexists(args.json_out):
+        from dew.bench.sweep.run import read_previous
+
+        read_previous(args.json_out)  # what --resume continues is a record: --check-only too
     if args.json_out is not None:
         check_output_file(
             args.json_out,
