@@ -1,8 +1,7 @@
 """Issue 60: `dew reproduce` of a TPU record and `dew ab --variant tpu-host` on a TPU host,
-with the chip faked at its boundary only: the device identity a process that opens the
-backend reads (dew.bench.record.devices: read, backend) says TPU v5 lite with libtpu
-0.0.42.1, through a sitecustomize on PYTHONPATH in every process; the cases run on this CPU
-(no topology is faked, so the step tool takes its CPU executor). Everything else is dew's
+with the chip faked at its boundary only (tests/infra/fake_tpu: the device identity a
+process that opens the backend reads says TPU v5 lite with libtpu 0.0.42.1, in every
+process); the cases run on this CPU. Everything else is dew's
 own: the host's stack held against the record's, the rerun by `dew step`, compare's
 verdict, ab's paired rounds and their judge."""
 
@@ -17,24 +16,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-LIBTPU = "0.0.42.1"
-FAKE = f'''
-from dew.bench.record import devices as _devices
-
-_read, _backend = _devices.read, _devices.backend
-
-
-def read(devices, environ=None, gpus=None):
-    return _read(devices, environ, gpus).model_copy(
-        update={{"platform": "tpu", "kind": "TPU v5 lite"}})
-
-
-def backend(devices, environ=None):
-    return _backend(devices, environ).model_copy(update={{"libtpu": "{LIBTPU}"}})
-
-
-_devices.read, _devices.backend = read, backend
-'''
+CHIP = REPO / "tests" / "infra" / "fake_tpu"  # its sitecustomize fakes the identity
+LIBTPU = "0.0.42.1"  # what it says
 CASES = ["--preset", "cpu-smoke", "--architectures", "simple_dit", "--steps", "3",
          "--warmup", "1"]  # fmt: skip
 
@@ -48,10 +31,8 @@ def dew(*argv: str, chip: Path | None, cwd: Path) -> subprocess.CompletedProcess
 
 
 @pytest.fixture(scope="module")
-def chip(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("fake-tpu")
-    (folder / "sitecustomize.py").write_text(FAKE)
-    return folder
+def chip() -> Path:
+    return CHIP
 
 
 @pytest.fixture(scope="module")
