@@ -115,6 +115,8 @@ def test_compare_names_a_partial_sides_missing_rows_first(tmp_path, capsys):
         f"PARTIAL RUN {part} (stopped by SIGINT: 3 of 4 cases finished); it lacks "
         "causal_transformer (moe)."
     ), headline
+    dew(["compare", str(part), str(AA2), "--format", "json"])
+    assert json.loads(capsys.readouterr().out)["partial"].startswith(f"PARTIAL RUN {part} (")
 
 
 # --- validate holds a record against itself ----------------------------------------------

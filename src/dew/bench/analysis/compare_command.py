@@ -332,10 +332,11 @@ def _compare(args: Args) -> int:
         )  # fmt: skip
         if not cmp.counted:
             raise UsageError(nothing_shared(run, ref, run_path, ref_path))
-        if fmt == "json":
-            print(json.dumps(compare_report.as_json(cmp), indent=1))
+        lead = partial_line(cmp, run, ref)
+        if fmt == "json":  # a partial side's line, or null
+            print(json.dumps({**compare_report.as_json(cmp), "partial": lead.strip() or None},
+                             indent=1))  # fmt: skip
         else:
-            lead = partial_line(cmp, run, ref)
             print(compare_report.comparison(cmp, run, ref, fmt, lead=lead))
         rows, field = cmp.rows, cmp.timing
         code = judge.EXIT_CODES[cmp.outcome]
