@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dew.bench.common import cli
-from dew.bench.common.errors import faults
+from dew.bench.common.errors import Interrupted, faults
 from dew.bench.common.files import REPO_ROOT, atomic_write
 from dew.bench.record import stack
 from dew.bench.record.capture import _code, _packages  # what the new record will name
@@ -185,11 +185,18 @@ def _reproduce(argv: list[str], prog: str) -> int:
     say(prog, f"{dew.label()} reruns {record_path} on {here['device']}: dew step "
               f"{' '.join(tool)}")  # fmt: skip
     argv_, env = step_process(dew, tool, dict(os.environ))
-    with open(run_dir / "table.md", "a") as table:
-        code = ab_rounds.run_passing_stops(argv_, table, env)
+    try:
+        with open(run_dir / "table.md", "a") as table:
+            code = ab_rounds.run_passing_stops(argv_, table, env, errors=None)  # progress: stderr
+    except Interrupted as stop:
+        stop.message = (f"interrupted: {step} keeps every whole row; the same command with "
+                        f"--out {run_dir} continues it")  # fmt: skip
+        raise
     if code not in (0, 1):
-        raise cli.UsageError(f"the rerun stopped (dew step exited {code}; table.md says why): "
-                             f"the same command with --out {run_dir} continues it")  # fmt: skip
+        raise cli.UsageError(
+            f"the rerun stopped (dew step exited {code}, its line above says why): the same "
+            f"command with --out {run_dir} continues it"
+        )
     if found:
         note(step, f"dew reproduce of {record_path.name} with {ACCEPT}: {'; '.join(found)}")
         atomic_write(run_dir / "not-matched.txt", "".join(f"{line}\n" for line in found))
@@ -270,8 +277,13 @@ def _ab(argv: list[str], prog: str) -> int:
     def on_host(side, tool_args: list[str], env: dict) -> tuple[list[str], dict]:
         return step_process(dews[side.name], tool_args, {**os.environ, **env})
 
-    ab_rounds.run_rounds(None, sides, args, run_dir, {}, log=lambda line: say(prog, line),
-                         on_host=on_host)  # fmt: skip
+    try:
+        ab_rounds.run_rounds(None, sides, args, run_dir, {}, log=lambda line: say(prog, line),
+                             on_host=on_host)  # fmt: skip
+    except Interrupted as stop:
+        stop.message = (f"interrupted: {run_dir} keeps every finished run; the same command "
+                        f"with --out {run_dir} continues it")  # fmt: skip
+        raise
     from dew.bench.analysis.ab import main as pair
 
     return pair([str(run_dir), "--overwrite"])

@@ -358,11 +358,12 @@ def continued(run_dir: Path, manifest: dict) -> dict[str, dict]:
             and (run_dir / "rounds" / entry["record"]).is_file()}  # fmt: skip
 
 
-def run_passing_stops(argv: list[str], output, env: dict | None) -> int:
-    """The run's exit status; a stop that ends this process (an exception raised by a
-    signal handler, Ctrl-C) is passed to the run first and waited for, so the step tool
-    keeps its whole rows and lets go of the device before this process ends."""
-    child = subprocess.Popen(argv, stdout=output, stderr=subprocess.STDOUT, env=env)
+def run_passing_stops(argv: list[str], output, env: dict | None, errors=subprocess.STDOUT) -> int:
+    """The run's exit status (its stdout to `output`, its stderr to `errors`: with it by
+    default); a stop that ends this process (an exception raised by a signal handler,
+    Ctrl-C) is passed to the run first and waited for, so the step tool keeps its whole rows
+    and lets go of the device before this process ends."""
+    child = subprocess.Popen(argv, stdout=output, stderr=errors, env=env)
     try:
         return child.wait()
     except BaseException as stop:
