@@ -30,6 +30,8 @@ from input_probe_files import REPO, fill, setup
 
 from dew.bench.common import cli
 
+LIMIT_S = 120  # an input that has not ended by then is killed and counted bad
+
 
 @dataclasses.dataclass(frozen=True)
 class Args:
@@ -41,6 +43,8 @@ class Args:
     """run only the inputs whose description contains this text"""
     markdown: bool = False
     """print the table as Markdown"""
+    skip: int = 0
+    """leave out the first N inputs (to go on after a run that was cut off)"""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,8 +59,11 @@ def run_one(item: Input, d: Path, root: Path, env: dict) -> Outcome:
     cwd = Path(fill(item.cwd, sys.executable, root, d)) if item.cwd else d
     env = {**env, **item.env}
     if item.stop is None:
-        done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd,
-                              timeout=300)  # fmt: skip
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd,
+                                  timeout=LIMIT_S)  # fmt: skip
+        except subprocess.TimeoutExpired:  # killed: no end, no line of its own
+            return Outcome(-9, f"no end after {LIMIT_S} s: killed", False)
         code, out, err = done.returncode, done.stdout, done.stderr
     else:  # a stop signal once the command has said `after` on stderr
         signum, after = item.stop
@@ -108,11 +115,11 @@ def probe(args: Args) -> int:
         env["PYTHONPATH"] = str(root / "src")
     d = scratch()
     setup(d, root)
-    chosen = [i for i in inputs() if args.only is None or args.only in i.what]
+    chosen = [i for i in inputs()[args.skip :] if args.only is None or args.only in i.what]
     bad = known = 0
     if args.markdown:
         print("| # | input | command | exit | last line | ok |\n|---|---|---|---|---|---|")
-    for number, item in enumerate(chosen, 1):
+    for number, item in enumerate(chosen, args.skip + 1):
         outcome = run_one(item, d, root, env)
         bad += not outcome.ok and not item.known
         known += not outcome.ok and bool(item.known)
