@@ -6,7 +6,9 @@ holds the new record against the old one. A stack that cannot be built (no commi
 tree; a commit this clone lacks) is listed part by part, then one line, exit 2.
 `--outside`: the git checkout (built at the record's commit), folder or wheel of code from
 outside dew (docs/own-models.md). `--interleaved N`: the record's stack and today's (HEAD)
-in N paired rounds instead (ab's design: the run level cancels).
+in N paired rounds instead (ab's design: the run level cancels). A TPU record is rerun on a
+TPU host by `dew reproduce` itself, with no nox or image (dew.commands.on_chip: --dew,
+--accept-stack-difference, --out).
 """
 
 from __future__ import annotations
