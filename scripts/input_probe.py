@@ -87,6 +87,8 @@ def run_one(item: Input, d: Path, root: Path, env: dict) -> Outcome:
         ok = ok and len(errors if item.exits != (0,) else lines) <= item.lines
     if item.said:
         ok = ok and item.said in (out + err).replace(str(d), "$D")
+    if item.unsaid:
+        ok = ok and item.unsaid not in out + err
     last = (errors or lines or [f"(stdout) {(out.strip().splitlines() or [''])[-1]}"])[-1]
     return Outcome(code, last.replace(str(d), "$D").replace(str(root) + "/", "")[:220], ok)
 

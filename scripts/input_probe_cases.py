@@ -30,6 +30,7 @@ class Input:
     env: dict = dataclasses.field(default_factory=dict)
     stop: tuple[int, str] | None = None  # a signal sent once stderr said the text
     known: str = ""  # not fixed: why
+    unsaid: str = ""  # what neither stdout nor stderr may hold
 
 
 def inputs() -> list[Input]:
@@ -209,6 +210,7 @@ def comparisons() -> list[Input]:
             "{d}/w0b.json",
             exits=(0, 1, 3),
             lines=0,
+            unsaid="dew ab",
         ),  # fmt: skip
         c("timed against compile-only", aa1, "{d}/co.json", said="is compile-only"),
         c("compile-only against timed (parity)", "{d}/co.json", aa1, exits=(0, 1), lines=0),
