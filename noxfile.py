@@ -12,6 +12,9 @@ import nox
 
 ROOT = pathlib.Path(__file__).parent
 SLOWEST = 20  # the tests a run prints as its slowest: where the suite's time goes
+# A worker process per core (at most 4, tests/conftest.py), each given whole files: a file's
+# module fixtures are built once. `-- -n 0` runs the suite in one process.
+WORKERS = ["-n", "auto", "--dist", "loadfile"]
 
 # dew.host and the standard-library modules of dew it uses, from this checkout's src/
 # (no environment exists yet, and an installed dew may be another commit's).
@@ -27,17 +30,17 @@ nox.options.sessions = ["tests"]
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
     """The test suite on CPU (8 simulated devices), in a venv built from locks/dev.txt,
-    without the slow tier (tests/conftest.py says which tests are in it); every run ends
-    with its slowest tests."""
+    without the slow tier (tests/conftest.py says which tests are in it), in a worker per
+    core; every run ends with its slowest tests."""
     install_locked(session)
-    session.run("pytest", "-m", "not slow", f"--durations={SLOWEST}", *session.posargs)
+    session.run("pytest", *WORKERS, "-m", "not slow", f"--durations={SLOWEST}", *session.posargs)
 
 
 @nox.session(name="tests-full", python=PYTHON)
 def tests_full(session: nox.Session) -> None:
     """Every test, the slow tier included (`-- -m slow`: that tier alone, as CI runs it)."""
     install_locked(session)
-    session.run("pytest", f"--durations={SLOWEST}", *session.posargs)
+    session.run("pytest", *WORKERS, f"--durations={SLOWEST}", *session.posargs)
 
 
 @nox.session(python=PYTHON)

@@ -179,6 +179,7 @@ def _step(out: Path) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # its reference run is the quiet host's
 def test_a_real_burner_on_this_vm_still_holds_back_the_runs_verdicts(tmp_path):
     # Issue 59: on a 2-core VM, a process eating a core during a run can make every row read
     # slower; the gate's bound for it (a thread sharing the burner's core: up to 2x) keeps
