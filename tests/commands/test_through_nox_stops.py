@@ -67,6 +67,7 @@ def test_started_outside_the_checkout_it_says_where_the_run_goes(tmp_path):
                           text=True, timeout=60)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stderr == (
-        f"dew ab: the run's folder goes under {root / 'results' / 'runs'} (the checkout's) and "
-        f"its environments under {root / '.nox'}; pass --out DIR to keep the run elsewhere\n"
+        f"dew ab: started outside the checkout, the run's folder goes under "
+        f"{root / 'results' / 'runs'} and its environments under {root / '.nox'} (nox runs "
+        "from the checkout; an image writes only under its results/)\n"
     )

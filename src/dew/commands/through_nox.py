@@ -64,10 +64,11 @@ def run_session(name: str, help_text: str, argv: list[str], check) -> int:
     if not any(arg == "--out" or arg.startswith("--out=") for arg in argv):
         here = Path.cwd().resolve()
         if here != ROOT and ROOT not in here.parents:
-            # nox runs from the noxfile's folder: the default folder is the checkout's
-            print(f"{prog}: the run's folder goes under {ROOT / 'results' / 'runs'} (the "
-                  f"checkout's) and its environments under {ROOT / '.nox'}; pass --out DIR "
-                  "to keep the run elsewhere", file=sys.stderr)  # fmt: skip
+            # nox runs from the noxfile's folder: the run's folder is the checkout's, said
+            print(f"{prog}: started outside the checkout, the run's folder goes under "
+                  f"{ROOT / 'results' / 'runs'} and its environments under {ROOT / '.nox'} "
+                  "(nox runs from the checkout; an image writes only under its results/)",
+                  file=sys.stderr)  # fmt: skip
     # Ctrl-C reaches nox from the terminal; a SIGTERM or SIGINT sent to this process alone is
     # passed on, and the session's own stop is awaited rather than cut short
     code = run_tied([*nox, "-f", str(noxfile), "-s", name, "--", *map(from_here, argv)])
