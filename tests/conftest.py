@@ -24,11 +24,10 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
 # The slow tier (`@pytest.mark.slow` on the tests themselves): a small-preset compile or a
 # cpu-smoke training run per architecture costs one to three minutes of CPU each on a
 # 2-core machine; so do the end-to-end runs that build an image of a whole stack, launch a
-# SLURM job or time repeats in rounds. `nox -s tests` (the README's command, at most 6
-# minutes here with its venv's install) keeps the published params and GFLOP of simple_dit
-# and causal_transformer (with its MoE case) and a fast test of each mechanism (unet's
-# convolutions are counted there from HLO fixtures, tests/telemetry); `nox -s tests-full`
-# runs everything, and CI runs both tiers (.ci/run).
+# SLURM job or time repeats in rounds. `nox -s tests` (the README's command) keeps the
+# published params and GFLOP of simple_dit and causal_transformer (with its MoE case) and
+# a fast test of each mechanism (unet's convolutions are counted there from HLO fixtures,
+# tests/telemetry); `nox -s tests-full` runs everything, and CI runs both tiers (.ci/run).
 
 
 def pytest_configure(config):
