@@ -189,6 +189,21 @@ def test_default_reference_skips_files_that_are_no_record(tmp_path):
     assert compare_command.default_reference(run, RERUN, tmp_path) == published / "first.json"
 
 
+def test_a_timed_runs_default_reference_is_never_compile_only(tmp_path):
+    # bench-gpu compares with the default reference: a compile-only table of the device
+    # and preset, which compare now refuses against a timed run (exit 2), failed the session
+    from dew.bench.record.schema import write_run
+
+    first = read_run(FIRST)
+    only = first.model_copy(update={"settings": first.settings.model_copy(
+        update={"compile_only": True})})  # fmt: skip
+    write_run(tmp_path / "compile-only.json", only)
+    run = read_run(RERUN)
+    assert compare_command.default_reference(run, RERUN, tmp_path) is None
+    shutil.copyfile(FIRST, tmp_path / "timed.json")
+    assert compare_command.default_reference(run, RERUN, tmp_path) == tmp_path / "timed.json"
+
+
 def test_same_gflop_is_the_one_tolerance():
     assert matching.same_gflop(292.9, 292.949)  # the published rounding
     assert not matching.same_gflop(292.9, 292.9 * (1 + 2 * matching.GFLOP_TOLERANCE))

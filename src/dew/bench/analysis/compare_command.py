@@ -103,7 +103,8 @@ def check_tpu_beside_its_kind(run, ref, run_path, ref_path) -> None:
 
 def default_reference(run: BenchmarkRun, run_path: Path, directory: Path = RESULTS_DIR):
     """The newest record under `directory` (published tables and runs) of the run's kind,
-    device kind and preset that shares the most of its cases; None when there is none."""
+    device kind and preset that shares the most of its cases, timed where the run is;
+    None when there is none."""
     candidates = []
     paths = sorted(directory.rglob("*.json")) if directory.is_dir() else []
     for path in paths:
@@ -117,6 +118,8 @@ def default_reference(run: BenchmarkRun, run_path: Path, directory: Path = RESUL
             continue
         if errors:
             continue
+        if record.settings.compile_only and not run.settings.compile_only:
+            continue  # no time to hold a timed run against (check_comparable refuses it)
         shared = {r.key() for r in run.rows} & {r.key() for r in record.rows}
         if shared:
             candidates.append(((len(shared), str(record.created or "")), path))
@@ -272,8 +275,9 @@ def _compare(args: Args) -> int:
         if found is None:
             line = no_reference(run, run_path)
             if fmt == "json":
-                print(json.dumps({"run": str(run_path), "reference": None, "exit": 3,
-                                  "outcome": judge.INCONCLUSIVE, "summary": line}))  # fmt: skip
+                print(json.dumps({"kind": run.kind, "run": str(run_path), "reference": None,
+                                  "exit": 3, "outcome": judge.INCONCLUSIVE,
+                                  "summary": line}))  # fmt: skip
             else:
                 print(line)
             return cli.EXIT_CHANGED if args.strict else judge.EXIT_CODES[judge.INCONCLUSIVE]

@@ -214,12 +214,14 @@ def malloc(options: Options, platform: str | None) -> Options:
     return dataclasses.replace(options, allocator="tcmalloc" if library else "system")
 
 
-def check_outputs(args: Args) -> None:
-    """Every path the run writes, before any work (an empty one is refused, not skipped)."""
+def check_outputs(args: Args) -> list[str]:
+    """Every path the run writes, before any work (an empty one is refused, not skipped);
+    returns what to say once the record is this run's (its lock held)."""
+    said = []
     if args.resume and args.json_out is not None and not os.path.lexists(args.json_out):
         # pyperf's --append and asv's continue the same way (a missing file is begun), so
         # a script may pass --resume every time; but the user hears it, never silently
-        log(f"--resume: {args.json_out} does not exist yet; starting a new record there")
+        said.append(f"--resume: {args.json_out} does not exist yet; starting a new record there")
     if args.resume and args.json_out is not None and os.path.lexists(args.json_out):
         from dew.bench.sweep.run import read_previous
 
@@ -248,6 +250,7 @@ def check_outputs(args: Args) -> None:
         ("--profile-dir", args.profile_dir, "dir"),
         ("--compilation-cache-dir", cache, "dir"),
     ])  # fmt: skip
+    return said
 
 
 def log(line: str) -> None:
@@ -275,7 +278,7 @@ def _main(argv: list[str], held: contextlib.ExitStack, prog: str) -> int:
     args = cli.parse(Args, argv, prog=prog)
     fmt = report.for_terminal(args.format)
     options, cases = options_from(args)
-    check_outputs(args)
+    said = check_outputs(args)
     preflight.check_cases(cases, options.preset)
     warnings: list[str] = []
     try:
@@ -285,6 +288,8 @@ def _main(argv: list[str], held: contextlib.ExitStack, prog: str) -> int:
     locked_clocks.check(args.lock_clocks, in_cluster=in_cluster)
     if not in_cluster:  # one run per record; in a cluster process 0 locks it once joined
         held.enter_context(one_writer(args.json_out, flag="--json-out"))
+        for line in said:
+            log(line)
     platform = identity = None  # a cluster's devices are known only once it is joined
     if not in_cluster:
         if options.isolate:  # no folder for the forkserver's socket: refused before any case
@@ -315,6 +320,8 @@ def _main(argv: list[str], held: contextlib.ExitStack, prog: str) -> int:
     leader = distributed.process_index() == 0
     if in_cluster and leader:
         held.enter_context(one_writer(args.json_out, flag="--json-out"))
+        for line in said:
+            log(line)
     # Only process 0 of a multi-process run draws; the others write nothing.
     progress = Progress([case.label() for case in cases]) if leader else None
     lock = locked_clocks.held(args.lock_clocks, platform, json_out=args.json_out, log=log)
