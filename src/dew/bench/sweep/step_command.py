@@ -286,10 +286,15 @@ def _main(argv: list[str], held: contextlib.ExitStack, prog: str) -> int:
     except distributed.DistributedSetupError as error:
         raise cli.UsageError(str(error)) from None
     locked_clocks.check(args.lock_clocks, in_cluster=in_cluster)
-    if not in_cluster:  # one run per record; in a cluster process 0 locks it once joined
+
+    def hold_record() -> None:
+        """The record is this run's (its lock), then what check_outputs had to say of it."""
         held.enter_context(one_writer(args.json_out, flag="--json-out"))
         for line in said:
             log(line)
+
+    if not in_cluster:  # one run per record; in a cluster process 0 locks it once joined
+        hold_record()
     platform = identity = None  # a cluster's devices are known only once it is joined
     if not in_cluster:
         if options.isolate:  # no folder for the forkserver's socket: refused before any case
@@ -319,9 +324,7 @@ def _main(argv: list[str], held: contextlib.ExitStack, prog: str) -> int:
         log(f"warning: {line}")
     leader = distributed.process_index() == 0
     if in_cluster and leader:
-        held.enter_context(one_writer(args.json_out, flag="--json-out"))
-        for line in said:
-            log(line)
+        hold_record()
     # Only process 0 of a multi-process run draws; the others write nothing.
     progress = Progress([case.label() for case in cases]) if leader else None
     lock = locked_clocks.held(args.lock_clocks, platform, json_out=args.json_out, log=log)
