@@ -245,6 +245,12 @@ class StepRow(_Row):
         default=None,
         description="seconds to read the step from the persistent cache; null when compiled",
     )
+    program_bytes: NonNegInt | None = Field(
+        default=None,
+        description="the size of the step's serialized executable where it was compiled in "
+        "one process and run in another (the held-chip path: what the holder loads); null "
+        "where the step ran in the process that compiled it",
+    )
     loss: float | None = None
     loss_finite: bool | None = None
     process_spread_ms: NonNegFloat | None = Field(

@@ -64,7 +64,7 @@ def compiled(case: Case, options: Options, topology: str, folder: str, clock) ->
     (the figures, tokens per sample, the error or None, the phases)."""
     figures, tokens, error = Figures(), None, None
     try:
-        from dew.train.executables import save_program, topology_devices
+        from dew.train.executables import STEP_FILE, save_program, topology_devices
 
         devices = topology_devices(topology)
         # JAX writes a persistent-cache entry here but cannot read one back in a process
@@ -78,7 +78,8 @@ def compiled(case: Case, options: Options, topology: str, folder: str, clock) ->
         if not options.compile_only:  # a compile-only run times nothing: nothing to save
             with clock.phase("save"):
                 batch = prepared.trainer.example_batch(case.batch)
-                save_program(folder, prepared.trainer, batch)
+                saved = save_program(folder, prepared.trainer, batch)
+                figures.program_bytes = (saved / STEP_FILE).stat().st_size
     except Exception as failed:
         error = failure(failed)
     return {"figures": figures.fields(), "tokens": tokens, "error": error,
