@@ -16,7 +16,7 @@ import pytest
 
 from dew.bench.analysis.judge import EXIT_CODES
 from dew.bench.common.files import REPO_ROOT
-from dew.bench.record.capture import _code
+from dew.bench.record.capture import code_identity
 from dew.bench.record.validate import load
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,7 +58,7 @@ def one_error_line(done: subprocess.CompletedProcess) -> str:
 
 def short_commit() -> str:
     """The commit as the script names it in a folder (the records' own)."""
-    code = _code(REPO_ROOT, os.environ)
+    code = code_identity(REPO_ROOT, os.environ)
     return (code.commit or "nocommit")[:7] + ("-dirty" if code.dirty else "")
 
 

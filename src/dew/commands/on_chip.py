@@ -30,7 +30,7 @@ from dew.bench.common import cli
 from dew.bench.common.errors import Interrupted, faults
 from dew.bench.common.files import REPO_ROOT, atomic_write
 from dew.bench.record import stack
-from dew.bench.record.capture import _code, _packages  # what the new record will name
+from dew.bench.record.capture import code_identity, installed_packages
 from dew.bench.sweep.preflight import probe_devices
 from dew.flags import CACHE_OFF
 from dew.host import ab_rounds, replay
@@ -58,7 +58,7 @@ class Dew:
 
 
 def this_dew() -> Dew:
-    code = _code(REPO_ROOT, os.environ)
+    code = code_identity(REPO_ROOT, os.environ)
     return Dew(code.commit, code.dirty)
 
 
@@ -98,7 +98,7 @@ def host_stack_here() -> dict[str, str | None]:
     jaxlib; UsageError (one line) where JAX does not start or another process holds the chip."""
     devices = probe_devices(dict(os.environ))
     identity, backend = devices.identity or {}, devices.backend or {}
-    packages = _packages()
+    packages = installed_packages()
     return {
         "platform": identity.get("platform") or devices.platform,
         "device": identity.get("kind") or devices.kind, "topology": identity.get("topology"),

@@ -31,7 +31,7 @@ def _site(root, distributions):
 
 
 def test_every_cuda_plugin_and_library_wheel_is_listed_after_the_core(tmp_path):
-    packages = capture._packages([str(_site(tmp_path, INSTALLED))])
+    packages = capture.installed_packages([str(_site(tmp_path, INSTALLED))])
     assert list(packages)[: len(capture.CORE_PACKAGES)] == list(capture.CORE_PACKAGES)
     assert packages["jax"] == "0.11.1" and packages["numpy"] == "2.4.4"
     assert packages["flax"] is None and packages["grain"] is None  # core, absent: null
@@ -50,7 +50,7 @@ def test_every_cuda_plugin_and_library_wheel_is_listed_after_the_core(tmp_path):
 def test_the_first_of_a_name_on_the_path_wins_as_an_import_would(tmp_path):
     first = _site(tmp_path / "first", {"nvidia-cublas": "13.10.0.20"})
     second = _site(tmp_path / "second", {"nvidia-cublas": "12.9.1.4", "jax": "0.4.0"})
-    packages = capture._packages([str(first), str(second)])
+    packages = capture.installed_packages([str(first), str(second)])
     assert packages["nvidia-cublas"] == "13.10.0.20" and packages["jax"] == "0.4.0"
 
 

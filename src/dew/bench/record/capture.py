@@ -122,7 +122,7 @@ def capture(
     """
     environ = os.environ if environ is None else environ
     outside_code = describe_outside(outside or {})
-    packages = {**_packages(), **outside_versions(outside_code)}
+    packages = {**installed_packages(), **outside_versions(outside_code)}
     with nvml.session() as gpus:
         read, backend = identity or _devices(devices, environ, gpus)
         # Only the cards CUDA_VISIBLE_DEVICES shows this run (their NVML indices), where
@@ -136,7 +136,7 @@ def capture(
             cuda_version=_cuda_version(),
             cudnn_version=_cudnn_version(),
             container=_container(environ),
-            code=_code(Path(repo) if repo else REPO_ROOT, environ),
+            code=code_identity(Path(repo) if repo else REPO_ROOT, environ),
             python=platform.python_version(),
             packages=packages,
             package_sources=package_sources(packages) or None,
@@ -354,7 +354,9 @@ def _containerenv(path: Path) -> dict[str, str]:
     return values
 
 
-def _code(repo: Path, environ: Mapping[str, str]) -> Code:
+def code_identity(repo: Path, environ: Mapping[str, str]) -> Code:
+    """The code a record made from the checkout `repo` names: git's commit, whether the tree
+    differs from it and the digest of that diff; outside a checkout, the image's labels."""
     commit = _git(repo, "rev-parse", "HEAD")
     if commit:
         status = _git(repo, "status", "--porcelain", "--untracked-files=no")
@@ -373,12 +375,16 @@ def _code(repo: Path, environ: Mapping[str, str]) -> Code:
     return Code(commit=None, dirty=None, source=None)
 
 
+# scripts/chip_replays.py and scripts/chip_verdicts.py still import the private name.
+_code = code_identity
+
+
 def _git(repo: Path, *args: str) -> str | None:
     """git's output in the checkout `repo` (None outside one, or when git answers otherwise)."""
     return git(repo, *args) if (repo / ".git").exists() else None
 
 
-def _packages(path: Sequence[str] | None = None) -> dict[str, str | None]:
+def installed_packages(path: Sequence[str] | None = None) -> dict[str, str | None]:
     """CORE_PACKAGES (null when absent), then every installed CUDA_PREFIXES distribution by
     name; from `path` (default sys.path), the first of a name winning as imports do."""
     installed: dict[str, str] = {}
