@@ -99,6 +99,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def check(args: Args) -> int:
+    # Before the scratch directory is made: its dataset costs a prepare_dataset run.
+    if args.only is not None and not any(args.only in i.what for i in inputs(Path("D"))):
+        raise cli.UsageError(f"--only {args.only!r} is in no input's description (the inputs "
+                             "and their descriptions: scripts/bad_input_cases.py)")  # fmt: skip
     d = scratch()
     # Released once the files are compared.
     with one_writer(d / HELD, flag="--json-out"), one_writer(d / HELD_SITE, flag="--out"):
