@@ -1,4 +1,4 @@
-"""The inputs of scripts/input_probe.py (issue 63), each as a user types it. In argv,
+"""The inputs of issue 63's probe, each as a user types it (test_input_probe.py). In argv,
 `{py}` is the Python, `{root}` the tree of dew under test, `{d}` the scratch directory
 (bad_inputs.scratch's files, then input_probe_files.setup's)."""
 

@@ -1,6 +1,6 @@
-"""The files scripts/input_probe.py's inputs read, beside bad_inputs.scratch's: records
-empty, cut, edited and partial, loader records of two worker counts, bundles with their
-bundle.json damaged, unicode names."""
+"""The files issue 63's inputs (input_probe_cases.py) read, beside scripts/bad_inputs.py's
+scratch directory: records empty, cut, edited and partial, loader records of two worker
+counts, bundles with their bundle.json damaged, unicode names."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import re
 import shutil
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RUNS = REPO / "results" / "runs"
 
 
