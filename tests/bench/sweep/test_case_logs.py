@@ -11,14 +11,10 @@ import pytest
 from infra.processes import gone
 
 from dew.bench.sweep import presets
-from dew.bench.sweep.case_process import (
-    CaseProcess,
-    allocator_fields,
-    case_environment,
-    keep_log,
-)
+from dew.bench.sweep.case_process import CaseProcess, allocator_fields, case_environment
 from dew.bench.sweep.presets import Case
 from dew.bench.sweep.settings import Options, case_log_dir
+from dew.bench.sweep.waves import keep_log
 
 
 @pytest.mark.parametrize(
@@ -86,7 +82,7 @@ def test_a_cases_log_is_kept_and_its_row_names_it_and_the_child_got_its_setting(
     options = _options(tmp_path, log_dir=str(logs))
     case = Case(architecture="simple_dit", batch=8, xla_preallocate=True)
     child = CaseProcess(case, options)
-    assert child.wait_ready()
+    assert child.wait()
     row = child.go()
     assert row.status == "ok", row.error
     assert (row.xla_preallocate, row.xla_mem_fraction) == (True, 0.8)
@@ -95,7 +91,7 @@ def test_a_cases_log_is_kept_and_its_row_names_it_and_the_child_got_its_setting(
 
     plain = CaseProcess(Case(architecture="simple_dit", batch=8), options)
     try:
-        assert plain.wait_ready()
+        assert plain.wait()
         os.kill(plain.pid, signal.SIGKILL)  # dies before its row: the parent makes it
         row = plain.go()
     finally:

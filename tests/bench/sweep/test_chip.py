@@ -6,22 +6,26 @@ and loaded, a real holder process."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
 
 import pytest
 
 from dew.bench.common.units import GIB
 from dew.bench.runtime.progress import SilentProgress
 from dew.bench.sweep.chip.holder import _beside, own_peak
-from dew.bench.sweep.chip.rounds import HeldChip
+from dew.bench.sweep.chip.messages import Compiled, Readings
+from dew.bench.sweep.chip.rounds import Compiling, HeldChip
 from dew.bench.sweep.presets import get
 from dew.bench.sweep.settings import Options
+from dew.bench.sweep.waves import Waiting
 
 
 def test_a_rows_peak_is_its_own_only_where_it_raised_the_process_peak():
-    assert own_peak({"peak_bytes": 2 * GIB}, highest=GIB) == (2.0, None)
-    peak, note = own_peak({"peak_bytes": GIB}, highest=2 * GIB)
+    assert own_peak(Readings(peak_bytes=2 * GIB), highest=GIB) == (2.0, None)
+    peak, note = own_peak(Readings(peak_bytes=GIB), highest=2 * GIB)
     assert peak is None and "earlier case in its process peaked at 2.00 GiB" in note
-    assert own_peak({}, highest=0) == (None, None)  # a CPU: no allocator readings
+    assert own_peak(Readings(), highest=0) == (None, None)  # a CPU: no allocator readings
 
 
 def test_a_rows_peak_says_when_later_cases_programs_were_loaded_beside_it():
@@ -33,12 +37,55 @@ def test_a_rows_peak_says_when_later_cases_programs_were_loaded_beside_it():
 
 def test_the_holder_takes_the_lowest_peak_first(tmp_path):
     chip = HeldChip(Options(preset="cpu-smoke"), SilentProgress(), "cpu")
-    cases = [(0, "a"), (1, "b"), (2, "c")]
-    chip.compiled = {i: {"figures": {"compiler_peak_gib": gib}} for i, gib in enumerate((3, 1, 2))}
-    assert [i for i, _ in chip._ordered(cases)] == [1, 2, 0]  # the compiler's estimate
+    case = get("cpu-smoke").cases[0]
+    ready = [Waiting(i, case, None, 0.0) for i in range(3)]
+    chip.compiled = {i: Compiled({"compiler_peak_gib": gib}) for i, gib in enumerate((3, 1, 2))}
+    assert [w.position for w in chip._ordered(ready)] == [1, 2, 0]  # the compiler's estimate
     chip.peaks = {0: 1, 1: 5, 2: 3}  # what the last round read wins
-    assert [i for i, _ in chip._ordered(cases)] == [0, 2, 1]
+    assert [w.position for w in chip._ordered(ready)] == [0, 2, 1]
     chip.stop()
+
+
+# A compile process that speaks another shape of Compiled: a figure the row does not have,
+# and tokens that are not a count.
+MALFORMED = """
+import dataclasses
+from dew.bench.runtime.protocol import Message, ToParent
+
+@dataclasses.dataclass(frozen=True)
+class Compiled(Message):
+    figures: dict
+    tokens: str
+
+ToParent.from_environment().send(Compiled(FIGURES, TOKENS))
+"""
+
+
+@pytest.mark.parametrize(
+    "figures, tokens, named",
+    [
+        ({"no_such_figure": 1}, None, "Compiled.figures: got an unexpected keyword argument "
+                                      "'no_such_figure'"),
+        ({"params": 5}, "many", "Compiled.tokens: Input should be a valid integer"),
+    ],
+)  # fmt: skip
+def test_a_malformed_answer_fails_its_case_in_one_line_naming_the_field(figures, tokens, named):
+    """The chip's messages are typed and validated where the run receives them: a malformed
+    answer is the case's failed row, one line naming the field (not a KeyError)."""
+    chip = HeldChip(Options(preset="cpu-smoke"), SilentProgress(), "cpu")
+    case = get("cpu-smoke").cases[0]
+    script = MALFORMED.replace("FIGURES", repr(figures)).replace("TOKENS", repr(tokens))
+    try:
+        child = chip._spawn(
+            "the case's compile process", [sys.executable, "-c", script], dict(os.environ)
+        )
+        compiling = Compiling(child, deadline=120)
+        row = chip.after_compile(0, case, compiling, compiling.wait())
+    finally:
+        chip.stop()
+    assert row.status == "failed" and "\n" not in row.error
+    assert row.error.startswith("the case's compile process sent a malformed 'Compiled' message")
+    assert named in row.error, row.error
 
 
 @pytest.mark.slow

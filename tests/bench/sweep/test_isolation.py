@@ -85,7 +85,7 @@ def test_a_case_stopped_in_its_compile_is_killed_at_its_deadline_and_its_row_fai
     child = CaseProcess(Case(architecture="simple_dit", batch=8), _case_options(cache), compile_s=3)
     os.kill(child.pid, signal.SIGSTOP)  # a hang: it will never report
     watchdog = _watchdog(child.pid)
-    assert child.wait_ready() is False
+    assert child.wait() is False
     watchdog.cancel()
     assert 3 <= time.monotonic() - start < 30
     row = child.go()
@@ -104,7 +104,7 @@ def test_a_case_past_its_timed_deadline_or_dead_keeps_what_it_compiled(cache):
     stopped = CaseProcess(case, _case_options(cache), timed_s=2)
     killed = CaseProcess(case, _case_options(cache))
     try:
-        assert stopped.wait_ready() and killed.wait_ready()
+        assert stopped.wait() and killed.wait()
         os.kill(stopped.pid, signal.SIGSTOP)  # stops in its timed windows
         os.kill(killed.pid, signal.SIGKILL)  # dies there (the OOM killer)
         watchdog = _watchdog(stopped.pid)
@@ -123,9 +123,10 @@ def test_a_case_past_its_timed_deadline_or_dead_keeps_what_it_compiled(cache):
 
 @pytest.mark.slow  # the slow tier: CI runs it (.ci/run), `nox -s tests` leaves it
 def test_the_sweep_goes_on_after_a_case_past_its_deadline(cache, monkeypatch):
-    """waves.run_round: the first case stops in its compile and fails at its deadline; the
-    second is measured."""
-    from dew.bench.sweep import waves
+    """The round scheduler (waves.run_round): the first case stops in its compile and fails
+    at its deadline; the second is measured."""
+    from dew.bench.runtime.progress import SilentProgress
+    from dew.bench.sweep import executors
     from dew.bench.sweep.case_process import CaseProcess
     from dew.bench.sweep.presets import Case
 
@@ -140,9 +141,10 @@ def test_the_sweep_goes_on_after_a_case_past_its_deadline(cache, monkeypatch):
                 os.kill(self.pid, signal.SIGSTOP)
                 _watchdog(self.pid)
 
-    monkeypatch.setattr(waves, "CaseProcess", FirstHangs)
+    monkeypatch.setattr(executors, "CaseProcess", FirstHangs)
     cases = [Case(architecture="simple_dit", batch=8), Case(architecture="uvit", batch=8)]
-    results = waves.run_round(list(enumerate(cases)), _case_options(cache), jobs=1)
+    isolated = executors.Isolated(_case_options(cache), SilentProgress())
+    results = isolated.round(list(enumerate(cases)), 0, lambda: None)
     rows = {result.position: result.row for result in results}
     assert rows[0].status == "failed" and "timed out after 3 s in compile" in rows[0].error
     assert rows[1].status == "ok", rows[1].error

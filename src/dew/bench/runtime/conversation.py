@@ -13,7 +13,10 @@ A kind uses the steps it has: the step kind's case (dew.bench.sweep.case_process
 job with its fork, sends Ready and waits for Go, so that several cases compile at once and
 one at a time is timed; a loader repeat (dew.bench.loader.measure) is sent its Job, may
 send Notices (a capped worker count) and then Result or Refused. A new kind's child speaks
-the same messages: its row model (dew.bench.analysis.kinds) reads Result's row.
+the same messages: its row model (dew.bench.analysis.kinds) reads Result's row. A TPU's
+compile processes and the process that holds the chip (dew.bench.sweep.chip) answer with
+more than a row: they speak typed messages of their own (chip.messages), each validated
+where it is received.
 """
 
 from __future__ import annotations

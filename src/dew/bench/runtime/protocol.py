@@ -1,12 +1,12 @@
 """One protocol between the run and a child process it waits on, every wait with a deadline.
 
-Three children speak it: a case's (dew.bench.sweep.case_process, forked from the
-forkserver), a loader repeat's (dew.bench.loader.measure, `benchmark_data --repeats`) and
-the device probe (dew.bench.sweep.preflight); the two benchmark children's messages are
-dew.bench.runtime.conversation's, one lifecycle for every kind. The design:
+Its children: a case's (dew.bench.sweep.case_process, forked from the forkserver), a loader
+repeat's (dew.bench.loader.measure), the device probe (dew.bench.sweep.preflight), and a
+TPU's compile processes and holder (dew.bench.sweep.chip); the benchmark children speak
+dew.bench.runtime.conversation's messages, the chip's its own (chip.messages). The design:
 
-    messages    a frozen dataclass per kind (subclasses of `Message`), sent as tagged JSON
-                ({"kind": its class name, "fields": {...}}), one per frame;
+    messages    a frozen dataclass per kind (`Message`'s; a pydantic one is validated when
+                decoded), sent as tagged JSON ({"kind": its name, "fields": {...}}), a frame each;
     channel     a multiprocessing Connection: a Pipe() for a forked child, or the same over
                 a socket pair whose child end a subprocess inherits (`spawn`: pass_fds, its
                 number in the environment as CHANNEL); the children's stdout and stderr
@@ -55,6 +55,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Self
 
+from dew.bench.common.errors import one_line
 from dew.bench.runtime.lifeline import exit_with
 
 COMPILE_S = 30 * 60.0
@@ -85,8 +86,15 @@ class Message:
 
 
 def encode(message: Message) -> bytes:
-    fields = {field.name: getattr(message, field.name) for field in dataclasses.fields(message)}
+    fields = as_json(message)
     return json.dumps({"kind": type(message).__name__, "fields": fields}, default=_plain).encode()
+
+
+def as_json(message: Message) -> dict[str, Any]:
+    """A message's fields by name; a typed one's (a pydantic dataclass) as plain JSON."""
+    if (typed := getattr(message, "__pydantic_serializer__", None)) is not None:
+        return typed.to_python(message, mode="json")
+    return {field.name: getattr(message, field.name) for field in dataclasses.fields(message)}
 
 
 def decode(payload: bytes, kinds: Sequence[type[Message]]) -> Message:
@@ -96,10 +104,10 @@ def decode(payload: bytes, kinds: Sequence[type[Message]]) -> Message:
     kind = data.get("kind") if isinstance(data, dict) else None
     if kind not in by_name:
         raise ValueError(f"a {kind!r} message")
-    try:
+    try:  # a pydantic dataclass validates its fields here: ValidationError, a ValueError
         return by_name[kind](**data["fields"])
-    except (KeyError, TypeError) as error:
-        raise ValueError(f"a malformed {kind!r} message ({error})") from None
+    except (KeyError, TypeError, ValueError) as error:
+        raise ValueError(f"a malformed {kind!r} message ({one_line(error)})") from None
 
 
 def _plain(value: Any) -> Any:

@@ -38,12 +38,10 @@ allocator setting its process ran with (`xla_preallocate`, `xla_mem_fraction`).
 from __future__ import annotations
 
 import atexit
-import contextlib
 import dataclasses
 import gc
 import multiprocessing
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -55,9 +53,10 @@ from dew.bench.record.schema import StepRow
 from dew.bench.runtime import protocol, sockets
 from dew.bench.runtime.conversation import Go, Ready, Result
 from dew.bench.runtime.phases import PhaseClock
-from dew.bench.sweep.case_run import make_row, profile_name, run_case
+from dew.bench.sweep.case_run import make_row, run_case
 from dew.bench.sweep.presets import Case
 from dew.bench.sweep.settings import Options, append_xla_flags, case_deadlines
+from dew.bench.sweep.waves import move_log
 
 PRELOAD = ("dew.train.trainer", "dew.bench.sweep.case_process")  # what the server imports once
 NAME = "the case's process"  # in its row's error
@@ -97,22 +96,6 @@ def allocator_fields(environ: Mapping[str, str]) -> dict[str, Any]:
     }
 
 
-def keep_log(directory: str, case: Case | str) -> str:
-    """A new, empty file for a log in `directory`: `<case>-<n>.log` (a case's), or
-    `<name>-<n>.log` for another process's, n the first number free (created
-    exclusively: cases compiling at once never share one)."""
-    os.makedirs(directory, exist_ok=True)
-    stem = case if isinstance(case, str) else profile_name(case)
-    number = 1
-    while True:
-        path = os.path.join(directory, f"{stem}-{number}.log")
-        try:
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
-            return path
-        except FileExistsError:
-            number += 1
-
-
 def forkserver_context(environment: Mapping[str, str]) -> multiprocessing.context.BaseContext:
     """multiprocessing's forkserver context, its server running with `environment` (started,
     or started again when it runs with another)."""
@@ -149,7 +132,7 @@ class CaseProcess:
     cases at once and time one at a time (dew.bench.sweep.waves):
 
         child = CaseProcess(case, options)   # starts: lowers, compiles, inits
-        child.wait_ready()                   # True once compiled, False if it ended early
+        child.wait()                         # True once compiled, False if it ended early
         row = child.go()                     # its turn: warmup, timed windows, its row
 
     A child that dies at any point is a failed row, with what it reported before (params,
@@ -199,7 +182,7 @@ class CaseProcess:
     def pid(self) -> int:
         return self.process.pid
 
-    def wait_ready(self) -> bool:
+    def wait(self) -> bool:
         """Block until the child is compiled and waits for its turn (True), or has ended or
         passed its compile deadline (False: its row, failed or compile-only, is then in
         `self.row` after `go()`)."""
@@ -226,14 +209,9 @@ class CaseProcess:
         where it could not be moved (a full disk: it stays where it was written, `self.log`)."""
         if not self._log_dir or self.log is not None:
             return None
-        self.log, kept = self._child.log, None
-        try:
-            kept = keep_log(self._log_dir, self.case)
-            shutil.move(self._child.log, kept)
-        except OSError:
-            if kept is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(kept)
+        self.log = self._child.log
+        kept = move_log(self._child.log, self._log_dir, self.case)
+        if kept is None:
             return None
         self.log = kept
         return os.path.basename(kept)

@@ -23,15 +23,15 @@ import signal
 import time
 from collections.abc import Callable, Iterator, Sequence
 from multiprocessing import forkserver
-from typing import Protocol
+from typing import Any, Protocol
 
 from dew.bench.multihost.combine import gather_row
 from dew.bench.record.schema import Devices, StepRow
 from dew.bench.runtime.lifeline import end_descendants
 from dew.bench.runtime.progress import SilentProgress
 from dew.bench.sweep import waves
-from dew.bench.sweep.case_process import stop_forkserver
-from dew.bench.sweep.case_run import run_case
+from dew.bench.sweep.case_process import CaseProcess, stop_forkserver
+from dew.bench.sweep.case_run import make_row, run_case
 from dew.bench.sweep.presets import Case
 from dew.bench.sweep.run_record import Result
 from dew.bench.sweep.settings import Options
@@ -87,7 +87,9 @@ class MultiProcess(InProcess):
 
 class Isolated:
     """Every case in a fresh process forked from the forkserver, in waves of
-    `options.compile_jobs` concurrent compiles, each timed alone."""
+    `options.compile_jobs` concurrent compiles, each timed alone: the round scheduler's
+    strategy (dew.bench.sweep.waves) where a case's program waits in the process that
+    compiled it."""
 
     def __init__(self, options: Options, progress: SilentProgress):
         self.options, self.progress = options, progress
@@ -96,10 +98,44 @@ class Isolated:
         self, todo: Todo, round_index: int, before_timing: Callable[[], None]
     ) -> Iterator[Result]:
         jobs = self.options.compile_jobs or 1
-        return waves.run_round(todo, self.options, jobs, self.progress, before_timing)
+        return waves.run_round(todo, self, jobs, self.progress, before_timing)
 
     def stop(self) -> None:
         end_case_processes()
+
+    # --- the strategy: how a case compiles, where its program waits ----------------------
+
+    def start(self, position: int, case: Case) -> CaseProcess:
+        return CaseProcess(case, self.options)  # forked: starts in milliseconds
+
+    @staticmethod
+    def after_compile(position: int, case: Case, child: CaseProcess, ready: bool) -> Any:
+        """The child itself, waiting for its turn; or, ended before it, its row (failed, or
+        compile-only)."""
+        return child if ready else child.go()
+
+    @staticmethod
+    def room(ready: Sequence[waves.Waiting], running: Sequence[CaseProcess]) -> bool:
+        return waves.room_for_another([item.program for item in ready])
+
+    @staticmethod
+    def open(left: Sequence[waves.Waiting]) -> str | None:
+        return None  # each case is timed by the process that waits with it
+
+    @staticmethod
+    def time(waiting: waves.Waiting) -> StepRow:
+        return waiting.program.go()
+
+    @staticmethod
+    def failed(waiting: waves.Waiting, error: str) -> StepRow:
+        return make_row(waiting.case, waiting.program.compiled, status="failed", error=error)
+
+    @staticmethod
+    def kill(child: CaseProcess) -> None:
+        child.kill()
+
+    def close(self) -> None:
+        pass
 
 
 def executor_for(

@@ -1,12 +1,12 @@
 """The process that holds the chip for one round: every compiled case loaded and timed.
 
-It opens the chip, says so (Ready), and then takes one Job at a time (a case, its saved
-program's folder, the figures its compile measured), answering each with the case's row
-(Result): its state and batch put on the chip, then the same windows, util and loss checks
+It opens the chip, says so (messages.Opened), and then takes one TimeJob at a time (a case,
+its saved program's folder, what its compile measured), answering each with the case's row
+(Timed): its state and batch put on the chip, then the same windows, util and loss checks
 as every case (dew.bench.sweep.case_run.measure). The run closes the channel when the round
 is over.
 
-The first Job names every program the holder will time (`load_ahead`): they are loaded
+The first TimeJob names every program the holder will time (`load_ahead`): they are loaded
 onto the chip (dew.train.executables.Program: deserialized, seconds a program) side by
 side in threads before any case is timed, so that the round pays the longest load rather
 than their sum, and no load runs while a case is timed. Each is unloaded after its case.
@@ -29,9 +29,9 @@ from typing import Any
 
 from dew.bench.common.units import GIB
 from dew.bench.runtime import protocol
-from dew.bench.runtime.conversation import Job, Ready, Result
 from dew.bench.runtime.phases import PhaseClock
-from dew.bench.sweep.case_run import Figures, Prepared, failure, final_row, join, measure
+from dew.bench.sweep.case_run import Prepared, failure, final_row, join, measure
+from dew.bench.sweep.chip.messages import Compiled, Opened, Readings, Timed, TimeJob
 from dew.bench.sweep.presets import Case
 from dew.bench.sweep.settings import Options
 from dew.bench.sweep.timing import block
@@ -47,14 +47,12 @@ def job(
     case: Case,
     options: Options,
     folder: str,
-    compiled: dict[str, Any],
+    compiled: Compiled,
     load_ahead: list[str] | None = None,
-) -> Job:
+) -> TimeJob:
     """A case to time; `load_ahead`: the folders of every program this holder will time
     (on its first job), loaded side by side before the first is timed."""
-    return Job({"case": case.model_dump(mode="json"), "options": dataclasses.asdict(options),
-                "folder": folder, "compiled": compiled,
-                "load_ahead": load_ahead or []})  # fmt: skip
+    return TimeJob(case, options, folder, compiled, load_ahead or [])
 
 
 def main() -> None:
@@ -64,20 +62,18 @@ def main() -> None:
 
     devices = jax.devices()
     opened = time.perf_counter() - start
-    parent.send(Ready({"open_s": opened, "began": began}))
+    parent.send(Opened(open_s=opened, began=began))
     highest = 0  # the process's peak_bytes_in_use before the current row
     loading: dict[str, concurrent.futures.Future] = {}  # folder -> its load
     with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        while (message := parent.receive(Job)) is not None:
-            for folder in message.work["load_ahead"]:
+        while (work := parent.receive(TimeJob)) is not None:
+            for folder in work.load_ahead:
                 loading.setdefault(folder, pool.submit(_load, folder))
             concurrent.futures.wait(loading.values())  # none loads while a case is timed
-            load = loading.pop(message.work["folder"], None) or pool.submit(
-                _load, message.work["folder"]
-            )
-            row, readings = time_case(message.work, devices, highest, load, len(loading))
-            highest = max(highest, readings.get("peak_bytes") or 0)
-            parent.send(Result({"row": row, "readings": readings}))
+            load = loading.pop(work.folder, None) or pool.submit(_load, work.folder)
+            row, readings = time_case(work, devices, highest, load, len(loading))
+            highest = max(highest, readings.peak_bytes or 0)
+            parent.send(Timed(row, readings))
             del load
             gc.collect()
 
@@ -91,42 +87,41 @@ def _load(folder: str) -> tuple[Any, float, float]:
 
 
 def time_case(
-    work: dict[str, Any],
+    work: TimeJob,
     devices: list[Any],
     highest: int,
     load: concurrent.futures.Future,
     others_loaded: int,
-) -> tuple[dict, dict]:
-    """One case of the round (its program's `load` begun): its row (JSON) and what
-    memory_stats read after it. `others_loaded`: programs still loaded for later cases."""
-    case, options = Case.model_validate(work["case"]), Options(**work["options"])
-    compiled = work["compiled"]
-    figures = Figures(**compiled["figures"])
+) -> tuple[Any, Readings]:
+    """One case of the round (its program's `load` begun): its row and what memory_stats
+    read after it. `others_loaded`: programs still loaded for later cases."""
+    case, options, compiled = work.case, work.options, work.compiled
+    figures = dataclasses.replace(compiled.figures)  # this repeat's, from the compile's
     clock = PhaseClock()
     error = diverged = None
-    readings: dict[str, Any] = {}
+    readings = Readings()
     try:
         program, began, seconds = load.result()
         clock.add("deserialize", began, seconds)
-        before = _memory(devices[0]).get("in_use_bytes")
+        before = _memory(devices[0]).in_use_bytes
         with clock.phase("init"):
             state, batch = block((program.init(), program.batch()))
-        prepared = Prepared(case, program, state, batch, figures, compiled["tokens"], devices)
+        prepared = Prepared(case, program, state, batch, figures, compiled.tokens, devices)
         repeat, diverged = measure(prepared, options, figures, clock)
         readings = _memory(devices[0])
         figures.peak_gib, note = own_peak(readings, highest)
         figures.note = join(figures.note, note, _beside(others_loaded, before, figures.peak_gib))
-        repeat.phases = [*compiled["phases"], *clock.phases]  # measure put it in figures
+        repeat.phases = [*compiled.phases, *clock.phases]  # measure put it in figures
         del prepared, program, state, batch
     except Exception as failed:
         error = failure(failed)
-    return final_row(case, figures, error, diverged).model_dump(mode="json"), readings
+    return final_row(case, figures, error, diverged), readings
 
 
-def own_peak(readings: dict[str, Any], highest: int) -> tuple[float | None, str | None]:
+def own_peak(readings: Readings, highest: int) -> tuple[float | None, str | None]:
     """The row's peak GiB where it raised the process's peak above `highest` (every earlier
     row's), else None and why."""
-    peak = readings.get("peak_bytes")
+    peak = readings.peak_bytes
     if peak is None:
         return None, None
     if peak > highest:
@@ -151,6 +146,6 @@ def _beside(others_loaded: int, before: int | None, peak_gib: float | None) -> s
     )
 
 
-def _memory(device: Any) -> dict[str, Any]:
+def _memory(device: Any) -> Readings:
     stats = device.memory_stats() or {}
-    return {"peak_bytes": stats.get("peak_bytes_in_use"), "in_use_bytes": stats.get("bytes_in_use")}
+    return Readings(stats.get("peak_bytes_in_use"), stats.get("bytes_in_use"))
