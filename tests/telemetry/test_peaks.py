@@ -2,7 +2,8 @@
 
 import pytest
 
-from dew.telemetry.peaks import PEAK_BF16_TFLOPS, peak_bf16_flops, peak_entry
+from dew.platforms import peaks as platform_peaks
+from dew.telemetry.peaks import peak_bf16_flops, peak_entry
 
 
 @pytest.mark.parametrize(
@@ -52,7 +53,7 @@ def test_unknown_or_ambiguous_device_kinds_give_none(device_kind):
 def test_longest_key_wins_and_every_entry_cites_a_source():
     assert peak_entry("NVIDIA H200 NVL")[0] == "H200 NVL"
     assert peak_entry("TPU v5 lite")[0] == "TPU v5 lite"
-    assert all(peak.source and peak.tflops > 0 for peak in PEAK_BF16_TFLOPS.values())
+    assert all(peak.source and peak.tflops > 0 for peak in platform_peaks().values())
 
 
 @pytest.mark.parametrize(

@@ -99,6 +99,10 @@ def spec_from_record(record: dict, origin: str, root: Path = ROOT) -> StackSpec:
             "Dockerfile or base, so its stack cannot be rebuilt"
         )
     variant = stack.recorded_variant(record)
+    if variant is None:
+        platform = ((environment.get("devices") or {}).get("platform")) or "?"
+        raise Unreproducible(f"{origin} ran on platform {platform}, which dew has no stack "
+                             "of: it cannot be rebuilt as an image")  # fmt: skip
     if variant == stack.TPU_HOST:
         raise Unreproducible(on_a_tpu_host(record, origin, "not in an image, and dew rebuilds "
                                            "stacks as images"))  # fmt: skip

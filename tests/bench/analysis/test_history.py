@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pytest
 
+from dew import platforms
 from dew.bench.analysis.levels import history, history_scope, noise
 from dew.bench.common.cli import UsageError
 
@@ -113,7 +114,8 @@ def test_a_kind_without_history_gets_its_weak_prior_never_another_kinds_levels()
         }
     }
     model = noise.model_for("NVIDIA B200", "gpu", table)
-    assert (model.pooled.process, model.pooled.run, model.pooled.shift) == noise.PRIORS["gpu"]
+    prior = platforms.get("gpu").noise
+    assert (model.pooled.process, model.pooled.run, model.pooled.shift) == prior[:3]
     assert model.pooled.process_df == noise.PRIOR_PSEUDO_DF
     assert "no A/A history" in model.source
     cpu = noise.model_for("cpu", "cpu", table)

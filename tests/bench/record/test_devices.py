@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from dew import platforms
 from dew.bench.record import devices as identity
 from dew.bench.record.capture import capture
 from dew.bench.record.schema import read_run
@@ -45,7 +46,7 @@ def test_a_tpu_is_named_as_the_process_holding_it_reads_it():
 def test_four_chips_form_their_slice_and_an_unknown_kind_none():
     chips = [FakeTpu(coords) for coords in ((0, 0, 0), (1, 0, 0), (0, 1, 0), (1, 1, 0))]
     assert identity.read(chips, environ={}).topology == "v5e:2x2"
-    assert identity.topology_name("TPU v9 imaginary", [[0, 0, 0]]) is None
+    assert platforms.get("tpu").topology("TPU v9 imaginary", [[0, 0, 0]]) is None
 
 
 def test_the_backend_is_read_as_it_stands_after_import():

@@ -223,8 +223,8 @@ def test_a_bad_idle_check_mode_is_one_line(capsys):
 # --- the whole GPU window, on a CPU step, with NVML replaying a card ---------------------------
 
 
-class CudaDevice:  # what gpu_window reads of a jax GPU device
-    platform, local_hardware_id, id = "gpu", 0, 0
+class CudaDevice:  # what gpu_window reads of a jax GPU device (its kind names the vendor)
+    platform, device_kind, local_hardware_id, id = "gpu", "NVIDIA H200", 0, 0
 
 
 @pytest.fixture

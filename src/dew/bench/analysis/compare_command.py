@@ -50,6 +50,7 @@ from typing import Annotated, Literal
 
 import tyro
 
+from dew import platforms
 from dew.bench.analysis import compare_report, comparison, judge, parity, tables
 from dew.bench.analysis.levels import history, noise
 from dew.bench.analysis.plots import comparison_chart
@@ -90,7 +91,7 @@ def check_tpu_beside_its_kind(run, ref, run_path, ref_path) -> None:
     no A/A history across two kinds to judge by. Params and GFLOP (a compile-only run's
     parity table) compare across kinds."""
     devices = [record.environment.devices for record in (run, ref)]
-    if None in devices or not any(d.platform == "tpu" for d in devices):
+    if None in devices or not any(platforms.get(d.platform).own_kind_only for d in devices):
         return
     kinds = [d.kind or d.platform for d in devices]
     if not same_device(*kinds):

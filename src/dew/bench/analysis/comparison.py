@@ -38,6 +38,7 @@ import math
 
 import numpy as np
 
+from dew import platforms
 from dew.bench.analysis import judge, outliers, stats
 from dew.bench.analysis.host_gates import biases, busy_why, drift_why, host_drift
 from dew.bench.analysis.kinds import KINDS, Kind
@@ -422,8 +423,9 @@ def compare(
         for a, b, note in match_rows(run.rows, reference.rows, kind.partner)
     ]
     host, host_line = host_drift(run, reference, run_label, reference_label)
-    if host is not None and "cpu" not in map(platform_of, (run, reference)):
-        host, host_line = None, "host probe: not a gate between GPU records (it times the CPU)"
+    if host is not None and not any(platforms.get(platform_of(r)).host_cores
+                                    for r in (run, reference)):  # fmt: skip
+        host, host_line = None, "host probe: not a gate between device records (it times the CPU)"
     pooled = noise.pooled
     ratio = (pooled.run / pooled.process) ** 2 if pooled.process > 0 else 0.0
     shift = decide(rows, band, alpha, host, target, (run, reference), ratio)

@@ -13,6 +13,7 @@ import re
 
 import numpy as np
 
+from dew import platforms
 from dew.bench.analysis import stats
 from dew.bench.record.schema import BenchmarkRun, DataRow, Record, StepRow
 
@@ -142,7 +143,8 @@ def side_bias(row, record: BenchmarkRun) -> float:
         return 0.0
     host = record.environment.host
     devices = record.environment.devices
-    device_is_host = record.kind != "step" or devices is None or devices.platform == "cpu"
+    device_is_host = (record.kind != "step" or devices is None
+                      or platforms.get(devices.platform).host_cores)  # fmt: skip
     cores = host.logical_cores if host is not None else None
     return sum(repeat_bias(r, cores, device_is_host) for r in repeats) / len(repeats)
 

@@ -42,6 +42,7 @@ import math
 
 import numpy as np
 
+from dew import platforms
 from dew.bench.analysis.levels.row_noise import median_variance
 from dew.bench.analysis.stats import CONFIDENCE
 from dew.bench.analysis.tables import level
@@ -52,13 +53,13 @@ UNDECIDED, SAME, FASTER, SLOWER = 0, 1, 2, 3
 WORDS = ("undecided", "same", "faster", "slower")
 MIN_ROWS_FOR_SHIFT = 3
 EQUIVALENCE = 0.90  # TOST at alpha 0.05: the 90% interval inside the band
-BANDS = {"gpu": 0.02, "cpu": 0.05}  # the relevance floor per device kind (a fraction)
 
 
 def band_for(platform: str | None) -> float:
-    """The band of a device kind: 2% on a GPU (its runs repeat within about 1%), 5% on a
-    CPU host (a shared 2-core VM drifts by several percent)."""
-    return BANDS["cpu"] if platform in (None, "cpu") else BANDS["gpu"]
+    """The band of a platform's records (dew.platforms: its `band`, the relevance floor, a
+    fraction): 2% on a GPU (its runs repeat within about 1%), 5% on a CPU host (a shared
+    2-core VM drifts by several percent)."""
+    return platforms.get(platform).band
 
 
 def _t(q: float, df):

@@ -13,7 +13,8 @@ The one notion of a stack's identity and differences, for every reader:
 - `recorded_variant(record)`, `host_stack(record)` (a TPU host's), `package_differences(recorded,
   here)`.
 
-Standard library only: the noxfile and docker/ use it before any environment exists. A
+Standard library only (dew.platforms is plain data): the noxfile and docker/ use it before
+any environment exists. A
 record is its JSON; a pydantic record is dumped to it at the door (`_plain`).
 """
 
@@ -23,6 +24,8 @@ import dataclasses
 import re
 from collections.abc import Callable
 from typing import Any
+
+from dew import platforms
 
 NOT_RECORDED = "not recorded"  # a field the older record lacks, as every table shows it
 # The container fields compare lists, and those a rebuilt image is held against.
@@ -222,18 +225,17 @@ def _short(commit: str | None) -> str:
 TPU_HOST = "tpu-host"  # a TPU host's own Python, jax, jaxlib and libtpu, and dew's bundle
 
 
-def recorded_variant(record: dict) -> str:
+def recorded_variant(record: dict) -> str | None:
     """The stack a record ran on: its container's lock (locks/<variant>.txt); outside one,
-    a TPU host's own (TPU_HOST: the host's jax beside the bundle of locks/tpu-host.txt,
-    host_stack), cuda13 for a GPU run and cpu for the rest."""
+    its platform's (dew.platforms: `stack_variant`; a TPU host's own is TPU_HOST, the
+    host's jax beside the bundle of locks/tpu-host.txt, host_stack; cuda13 for a GPU run,
+    cpu for a CPU's); None for a platform dew has no stack of."""
     environment = record.get("environment") or {}
     container = environment.get("container") or {}
     platform = (environment.get("devices") or {}).get("platform") or ""
     if container.get("variant"):
         return container["variant"]
-    if platform == "tpu":
-        return TPU_HOST
-    return "cuda13" if platform in ("gpu", "cuda") else "cpu"
+    return platforms.get(platform or None).stack_variant
 
 
 def host_stack(record: dict) -> dict[str, str | None]:
@@ -408,7 +410,7 @@ def rebuild_differences(
         if recorded and value and recorded != value:
             lines.append(f"{name}: the record's {recorded[:24]}, the image's {value[:24]}")
     devices = environment.get("devices") or {}
-    if devices.get("platform") == "gpu":
+    if platforms.get(devices.get("platform")).nvml:
         name, driver = gpu_here()
         if devices.get("kind") and devices["kind"].lower() not in name.lower():
             lines.append(f"GPU: the record ran on {devices['kind']}, here {name or 'none'}")

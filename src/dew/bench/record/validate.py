@@ -35,6 +35,7 @@ from typing import Annotated
 import pydantic
 import tyro
 
+from dew import platforms
 from dew.bench.common import cli
 from dew.bench.common.cli import UsageError
 from dew.bench.common.files import read_json_object  # noqa: F401  (validate's, shared)
@@ -133,13 +134,7 @@ def self_contradictions(record: BenchmarkRun) -> list[str]:
     lines = []
     devices = record.environment.devices if record.environment else None
     if devices is not None and devices.platform and devices.kind:
-        platform, kind = devices.platform.lower(), devices.kind.lower()
-        tpu, cpu = kind.startswith("tpu"), kind == "cpu"
-        if (
-            (platform == "cpu" and not cpu)
-            or (platform == "tpu" and not tpu)
-            or (platform in ("gpu", "cuda", "rocm") and (tpu or cpu))
-        ):
+        if not platforms.get(devices.platform).own(devices.kind):
             lines.append(
                 f"$.environment.devices: kind {devices.kind!r} is no device of platform "
                 f"{devices.platform!r}; the record contradicts itself: measure again"

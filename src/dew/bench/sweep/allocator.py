@@ -20,6 +20,8 @@ import sysconfig
 from collections.abc import MutableMapping
 from pathlib import Path
 
+from dew import platforms
+
 # The Debian/Ubuntu packages' sonames: libtcmalloc-minimal4, then libgoogle-perftools4.
 TCMALLOC_NAMES = ("libtcmalloc_minimal.so.4", "libtcmalloc.so.4")
 PACKAGES = "libtcmalloc-minimal4, or libtcmalloc-minimal4t64 on newer releases"
@@ -43,7 +45,7 @@ def find_tcmalloc() -> Path | None:
 def resolve(choice: str, platform: str) -> Path | None:
     """The library the cases' processes preload, or None for the system's malloc
     (ValueError, one line, for --allocator tcmalloc where none is installed)."""
-    if choice == "system" or (choice == "auto" and platform != "cpu"):
+    if choice == "system" or (choice == "auto" and not platforms.get(platform).tcmalloc):
         return None
     library = find_tcmalloc()
     if library is None and choice == "tcmalloc":

@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 import pydantic
 
+from dew import platforms
 from dew.bench.analysis.repeats import step_repeat
 from dew.bench.common.cli import one_line
 from dew.bench.common.units import GIB
@@ -224,7 +225,8 @@ def measure(
     figures.util = mfu(flops * 1e9 if flops is not None else None, step_s, kind)
     work = figures.work_gflop_per_step
     figures.work_util = mfu(work * 1e9 if work is not None else None, step_s, kind)
-    figures.note = join(figures.note, no_peak_reason(kind))  # a MIG slice: util null, and why
+    # a MIG slice: util null, and why; a platform dew does not know: what its row lacks
+    figures.note = join(figures.note, no_peak_reason(kind), platforms.of_devices(devices).lacks)
     local = [d for d in devices if d.process_index == jax.process_index()]
     peaks = [peak_bytes_in_use(d) for d in local]
     figures.peak_gib = max(peaks) / GIB if None not in peaks else None
@@ -269,11 +271,11 @@ def gpu_window(
     from dew.telemetry import nvml
 
     mode = options.gpu_check
-    platform = devices[0].platform if devices else "none"
     if mode == "off":
         return state, GpuTelemetry(check=mode, note="GPU readings turned off (--gpu-check off)")
-    if platform not in ("gpu", "cuda"):
-        return state, GpuTelemetry(check=mode, note=f"no NVIDIA GPU: platform {platform}")
+    platform = platforms.of_devices(devices) if devices else platforms.unknown("none")
+    if not platform.nvml:  # a ROCm GPU too: NVML is NVIDIA's
+        return state, GpuTelemetry(check=mode, note=f"no NVIDIA GPU: platform {platform.name}")
     with nvml.session() as gpus:
         if not gpus:
             return state, GpuTelemetry(check=mode, note=f"no NVIDIA GPU: {gpus.why}")

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator, Sequence
 from multiprocessing import forkserver
 from typing import Any, Protocol
 
+from dew import platforms
 from dew.bench.multihost.combine import gather_row
 from dew.bench.record.schema import Devices, StepRow
 from dew.bench.runtime.lifeline import end_descendants
@@ -145,20 +146,18 @@ def executor_for(
     devices: Devices | None = None,
     cases: Sequence[Case] = (),
 ) -> Executor:
-    """The executor of a run: several processes run every case in each of them; a TPU whose
-    topology the device probe read (`devices`) compiles without the chip and times in one
-    holder per round, unless a case is a step of the user's (dew's Trainer builds what a
-    compile process saves); otherwise --isolate (the default) gives each case its own
-    process."""
+    """The executor of a run: several processes run every case in each of them; a platform
+    with an executor of its own (dew.platforms: a TPU's HeldChip) whose topology the device
+    probe read (`devices`) compiles without the chip and times in one holder per round,
+    unless a case is a step of the user's (dew's Trainer builds what a compile process
+    saves); otherwise --isolate (the default) gives each case its own process."""
     if processes > 1:
         return MultiProcess(options, progress)
     if not options.isolate:
         return InProcess(options, progress)
-    held = devices is not None and devices.platform == "tpu" and devices.topology
-    if held and all(case.step is None for case in cases):
-        from dew.bench.sweep.chip.rounds import HeldChip
-
-        return HeldChip(options, progress, devices.topology)
+    holder = platforms.get(devices.platform).executor if devices is not None else None
+    if holder and devices.topology and all(case.step is None for case in cases):
+        return platforms.resolve(holder)(options, progress, devices.topology)
     return Isolated(options, progress)
 
 

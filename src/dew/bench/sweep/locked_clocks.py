@@ -21,6 +21,7 @@ import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from dew import platforms
 from dew.bench.common.cli import UsageError, one_line
 from dew.bench.common.errors import WriteFailed
 from dew.bench.record.schema import Environment, read_run, write_run
@@ -70,7 +71,7 @@ def held(
         return
     if platform is None:
         raise UsageError(MULTI_PROCESS.format(mode=mode))
-    if platform != "gpu":
+    if not platforms.get(platform).nvml:
         raise UsageError(
             f"--lock-clocks {mode} locks NVIDIA GPU clocks; the cases here run on {platform}: "
             "use --lock-clocks off"

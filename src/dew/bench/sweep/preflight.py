@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from dew import platforms
 from dew.bench.common.cli import UsageError, one_line
 from dew.bench.runtime import chip_lock, protocol
 from dew.bench.sweep import presets
@@ -34,7 +35,7 @@ class Devices(protocol.Message):
     """What the probe reports (dew.bench.runtime.protocol): the devices, and as the record
     holds them (dew.bench.record.devices: `identity` a schema Devices, `backend` a Backend)."""
 
-    platform: str  # "cpu", "gpu", "tpu"
+    platform: str  # the platform that claims them (dew.platforms), as the record names it
     count: int
     kind: str
     identity: dict | None = None
@@ -58,12 +59,13 @@ def probe_main() -> None:
     from dew.bench.record import devices as identity
 
     devices = jax.devices()
+    read = identity.read(devices)
     parent.send(
         Devices(
-            devices[0].platform,
+            read.platform,
             len(devices),
             devices[0].device_kind,
-            identity.read(devices).model_dump(mode="json"),
+            read.model_dump(mode="json"),
             identity.backend(devices).model_dump(mode="json"),
         )
     )
@@ -116,7 +118,7 @@ def check_devices(options: Options, cases: Sequence[Case], devices: Devices) -> 
     needed = options.mesh.get("data", 1) * options.mesh.get("fsdp", 1)
     if needed > devices.count:
         hint = ""
-        if devices.platform != "cpu" and options.preset == "cpu-smoke":
+        if not platforms.get(devices.platform).host_cores and options.preset == "cpu-smoke":
             hint = f"; cpu-smoke runs on CPU: set JAX_PLATFORMS=cpu and XLA_FLAGS={FORCE_DEVICES}=8"
         raise UsageError(
             f"the mesh {json.dumps(options.mesh)} needs {needed} devices; this host has "
@@ -129,10 +131,11 @@ def check_devices(options: Options, cases: Sequence[Case], devices: Devices) -> 
                 f"{json.dumps(options.mesh)} ({needed} devices); use a multiple of {needed}"
             )
     impls = {case.attention_impl or options.attention_impl for case in cases}
-    if "cudnn" in impls and devices.platform != "gpu":
+    fused = platforms.get(devices.platform).attention
+    for impl in sorted(impls & {"cudnn"} - fused):
         raise UsageError(
-            f"attention_impl cudnn needs an NVIDIA GPU; the devices here are "
-            f"{devices.platform}; valid here: xla, auto"
+            f"attention_impl {impl} needs an NVIDIA GPU; the devices here are "
+            f"{devices.platform}; valid here: {', '.join(['xla', 'auto', *sorted(fused)])}"
         )
     if needed < devices.count:
         return [
@@ -169,7 +172,7 @@ def prepare_environment(
     preset_mesh = presets.get(options.preset).mesh
     wanted = preset_mesh.get("data", 1) * preset_mesh.get("fsdp", 1)
     added = None
-    if devices.platform == "cpu" and devices.count < wanted:
+    if platforms.get(devices.platform).simulated_devices and devices.count < wanted:
         added = simulate_cpu_devices(environment, wanted)
         if added:
             devices = dataclasses.replace(devices, count=wanted)

@@ -22,6 +22,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Literal
 
+from dew import platforms
 from dew.bench.common import cli
 from dew.bench.common.arguments import check_xla_flags
 from dew.bench.common.errors import faults
@@ -163,35 +164,23 @@ def mesh_fields(text: str) -> dict[str, Any]:
 
 
 def compile_jobs(options: Options, platform: str, cases: int) -> tuple[Options, list[str]]:
-    """--compile-jobs resolved for this host (dew.bench.sweep.waves), with a warning when it is
-    not the platform's default for a reason the user should hear."""
+    """--compile-jobs resolved for this host (dew.bench.sweep.waves): the platform's default
+    (dew.platforms: `compile_jobs`), with a warning where several at once were never
+    measured on it."""
     warnings = []
     jobs = options.compile_jobs
+    unit = platforms.get(platform)
     if not options.isolate:
         jobs = 1
-    elif jobs is None and platform == "tpu":  # compiled without the chip: dew.bench.sweep.chip
-        jobs = min(hostprobe.cores(), max(cases, 1), tpu_compiles_in_memory())
     elif jobs is None:
-        jobs = min(hostprobe.cores(), max(cases, 1)) if platform == "cpu" else 1
-    elif jobs > 1 and platform not in ("cpu", "tpu"):
+        jobs = unit.compile_jobs(hostprobe.cores(), cases)
+    elif jobs > 1 and not unit.parallel_compiles:
         warnings.append(
             f"--compile-jobs {jobs} on {platform}: the compiles autotune concurrently on "
             "the one device (kernel choices may differ from a serial compile) and every "
-            "waiting case holds device memory; this was never measured on a GPU"
+            f"waiting case holds device memory; this was never measured on {unit.title}"
         )
     return dataclasses.replace(options, compile_jobs=jobs), warnings
-
-
-# What one small-preset compile for a TPU may take of the host's memory: 13 at once ran a
-# 40 GiB TPU host out of memory, 8 at once did not.
-TPU_COMPILE_BYTES = 5 * 1024**3
-
-
-def tpu_compiles_in_memory() -> int:
-    """How many TPU compiles the host's available memory holds at once (at least one)."""
-    import psutil
-
-    return max(1, psutil.virtual_memory().available // TPU_COMPILE_BYTES)
 
 
 def malloc(options: Options, platform: str | None) -> Options:

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from dew import platforms
 from dew.config import ATTENTION_IMPLS, AttentionImpl, check_divisible
 from dew.models.layers.norms import RMSNorm
 
@@ -61,11 +62,12 @@ def key_mask(keep: jax.Array) -> jax.Array:
 
 
 def _cudnn_attention_available(q: jax.Array, mask: jax.Array | None, offset_causal: bool) -> bool:
-    # cuDNN's fused attention needs a GPU, 16-bit inputs and a head dim it supports, and
+    # cuDNN's fused attention needs an NVIDIA GPU (dew.platforms: its `attention`; never a
+    # ROCm one, which JAX calls "gpu" too), 16-bit inputs and a head dim it supports, and
     # no mask but its own (start-aligned) causal one.
     return (
         not offset_causal
-        and jax.default_backend() == "gpu"
+        and "cudnn" in platforms.of_devices(jax.devices()).attention
         and q.dtype in (jnp.bfloat16, jnp.float16)
         and q.shape[-1] <= 128
         and q.shape[-1] % 8 == 0

@@ -4,8 +4,8 @@ the whole run's shift, with their degrees of freedom and where they came from.
 They are the device kind's, fitted from the records' own A/A history
 (dew.bench.analysis.levels.history; results/noise.json caches the fit of results/), each row's
 shrunk toward its kind's; a kind with no history gets a stated weak prior of its platform
-(`PRIORS`), never another kind's levels, and two records of two kinds get their
-platform's prior.
+(`dew.platforms`: each platform's `noise`), never another kind's levels, and two records of
+two kinds get the wider prior of their platforms.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from dew import platforms
 from dew.bench.analysis.levels import history, spread
 from dew.bench.analysis.tables import level
 
@@ -20,22 +21,6 @@ from dew.bench.analysis.tables import level
 # freedom each (process, run, shift), each with its source and how far the project's own
 # records bear it out (docs/conventions.md, "The priors", says the same for users).
 PRIOR_PSEUDO_DF = 2.0
-PRIORS = {"gpu": (0.02, 0.01, 0.01), "cpu": (0.16, 0.05, 0.13), "tpu": (0.01, 0.005, 0.005)}
-PRIOR_SOURCES = {
-    "gpu": "one published same-commit rerun on an RTX 4080 (83.0 against 83.26 ms, 0.3%), "
-    "widened; no committed GPU A/A record bears it out (the H200's three, cut at a timeout, "
-    "read 15% between processes of 50-step windows of 3-6 ms steps)",
-    "cpu": "this 2-core VM's history (results/noise.json: 21 A/A records, process 16%, "
-    "shift 13%, run 4% at its standard error); another CPU host is its own kind",
-    "tpu": "none yet: half the GPU prior, a guess until a TPU's A/A records replace it",
-}
-
-
-def family(platform_name: str | None) -> str:
-    """The prior's family of a platform: cpu (or unknown), tpu, else gpu."""
-    if platform_name in (None, "cpu"):
-        return "cpu"
-    return "tpu" if platform_name == "tpu" else "gpu"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,12 +41,12 @@ class Noise:
 
 
 def prior(platform_name: str | None, kind: str | None) -> Noise:
-    """The weak prior of a kind with no history (PRIORS)."""
-    name = family(platform_name)
-    process, run, shift = PRIORS[name]
-    source = (f"{kind or 'this device'} has no A/A history: the weak {name.upper()} prior "
-              f"(process {process:.1%}, run {run:.1%}, shift {shift:.1%}, "
-              f"{PRIOR_PSEUDO_DF:g} df each; from {PRIOR_SOURCES[name]})")  # fmt: skip
+    """The weak prior of a kind with no history: its platform's (dew.platforms)."""
+    platform = platforms.get(platform_name)
+    process, run, shift, origin = platform.noise
+    source = (f"{kind or 'this device'} has no A/A history: the weak {platform.name.upper()} "
+              f"prior (process {process:.1%}, run {run:.1%}, shift {shift:.1%}, "
+              f"{PRIOR_PSEUDO_DF:g} df each; from {origin})")  # fmt: skip
     return Noise(process, PRIOR_PSEUDO_DF, run, PRIOR_PSEUDO_DF, shift, PRIOR_PSEUDO_DF, source)
 
 
@@ -165,13 +150,12 @@ def for_records(run, reference, kinds: dict | None = None, exclude=()) -> NoiseM
     kinds = history.kinds_table(None, exclude) if kinds is None else kinds
     kind = [r.environment.devices.kind if r.environment.devices else None
             for r in (run, reference)]  # fmt: skip
-    platforms = (platform_of(run), platform_of(reference))
+    names = (platform_of(run), platform_of(reference))
     if kind[0] != kind[1]:
-        either = "cpu" if "cpu" in platforms else platforms[0] if platforms[0] == platforms[1] \
-            else "gpu"  # fmt: skip
-        noise = prior(either, f"{kind[0]} against {kind[1]}")
+        wider = max(names, key=lambda name: platforms.get(name).noise.process)
+        noise = prior(wider, f"{kind[0]} against {kind[1]}")
         left_out = getattr(kinds, "left_out", None)
         if left_out is not None and left_out.uncommitted:
             noise = dataclasses.replace(noise, source=f"{noise.source}; {left_out.unread()}")
         return NoiseModel(noise, {}, noise.source)
-    return model_for(kind[0], platforms[0], kinds)
+    return model_for(kind[0], names[0], kinds)
