@@ -122,3 +122,13 @@ def test_a_rocm_row_has_no_gpu_window_and_no_cudnn_attention(monkeypatch):
     case = SimpleNamespace(batch=8, step=None, attention_impl=None)
     with pytest.raises(UsageError, match="attention_impl cudnn needs an NVIDIA GPU.*rocm"):
         preflight.check_devices(run, [case], devices)
+
+
+def test_each_stack_runs_on_its_platform_and_an_unknown_one_on_none():
+    """The host side asks which platform a --variant runs on (its checks, its preset, its
+    JAX_PLATFORMS), never the variant's name."""
+    assert platforms.of_variant("cpu").host_cores and platforms.of_variant("cuda12").nvml
+    assert platforms.of_variant("tpu-host").stack_variant == stack.TPU_HOST
+    assert platforms.of_variant("cuda13").jax_platforms == "cuda"
+    rocm = platforms.of_variant("rocm6")
+    assert not (rocm.nvml or rocm.host_cores or rocm.jax_platforms)

@@ -26,6 +26,7 @@ import types
 from dataclasses import dataclass
 from pathlib import Path
 
+from dew import platforms
 from dew.bench.common import cli
 from dew.bench.common.errors import Interrupted, faults
 from dew.bench.common.files import REPO_ROOT, atomic_write
@@ -126,6 +127,12 @@ def differences(record: dict, here: dict, dew: Dew) -> list[str]:
     return found
 
 
+def on_its_host(here: dict) -> bool:
+    """Whether the device probe found a platform whose records run on its host's own stack
+    (dew.platforms: a TPU's is stack.TPU_HOST), which this command replays."""
+    return platforms.get(here["platform"]).stack_variant == stack.TPU_HOST
+
+
 def folder_name(here: dict) -> str:
     """tpu-v5e, as chip_verdicts and the committed records name the device."""
     topology = here.get("topology") or ""
@@ -160,7 +167,7 @@ def _reproduce(argv: list[str], prog: str) -> int:
         )
     record = json.loads(record_path.read_text())
     here = host_stack_here()
-    if here["platform"] != "tpu":
+    if not on_its_host(here):
         raise cli.UsageError(on_a_tpu_host(record, f"RECORD {record_path}", "and this host has "
                              f"no TPU (the device probe found {here['device']})"))  # fmt: skip
     dew = installed_dew(args.dew, "--dew") if args.dew else this_dew()
@@ -261,7 +268,7 @@ def _ab(argv: list[str], prog: str) -> int:
     if (ab_rounds.ROOT / ab_rounds.TOOL).is_file():  # a checkout: its tool checks the cases
         ab_rounds.check_cases(sys.executable, args)
     here = host_stack_here()
-    if here["platform"] != "tpu":
+    if not on_its_host(here):
         raise cli.UsageError(
             f"--variant {stack.TPU_HOST} times on this host's TPU, and the device probe found "
             f"{here['device']}: run it on a TPU host"

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dew import platforms
 from dew.bench.common.arguments import OneLineParser, check_xla_flags
 from dew.bench.common.errors import UsageError, check_count
 from dew.bench.record.stack import TPU_HOST
@@ -146,7 +147,8 @@ def parse_ab(argv: Sequence[str]) -> AbArgs:
             f"--alpha {args.alpha:g} is not a significance level in (0, 0.5): the "
             "equivalence test holds the 1 - 2 alpha interval inside the band"
         )
-    args.preset = args.preset or ("cpu-smoke" if args.variant == "cpu" else "small")
+    on_host = platforms.of_variant(args.variant).host_cores
+    args.preset = args.preset or ("cpu-smoke" if on_host else "small")
     return args
 
 
@@ -301,7 +303,7 @@ def run_rounds(
         "band": args.band, "alpha": args.alpha, "order": [],
     }  # fmt: skip
     done = continued(run_dir, manifest)
-    gpu = args.variant not in ("cpu", TPU_HOST)
+    gpu = platforms.of_variant(args.variant).nvml
     for r in range(args.rounds):
         for u, unit in enumerate(plan):
             for name in order(r, u):

@@ -16,6 +16,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from dew import platforms
 from dew.bench.common.arguments import OneLineParser
 from dew.bench.common.errors import UsageError
 from dew.bench.common.files import read_json_object
@@ -135,7 +136,7 @@ def read_step_record(prog: str, path: Path) -> tuple[dict, dict, dict]:
 
 
 def engine_for(session, prog: str, variant: str):
-    if variant != "cpu":
+    if not platforms.of_variant(variant).host_cores:  # a device's stack: its checks first
         return gpu_preflight(session, variant)[0]
     engine = choose_engine(session)
     if engine is None:

@@ -80,6 +80,8 @@ class Platform:
     # (device kind, coordinates) -> the slice's name ("v5e:1x1"), None where unknown
     topology: Callable[[str, Sequence[Sequence[int]]], str | None] | None = None
     stack_variant: str | None = None  # the stack its records ran on outside an image
+    variants: tuple[str, ...] = ()  # every stack of it dew builds or replays (--variant)
+    jax_platforms: str = ""  # the JAX_PLATFORMS value that selects it in an image
     # "module:Class": an executor that holds the device for a round (given its topology)
     executor: str | None = None
     compile_jobs: Callable[[int, int], int] = one_compile  # (host cores, cases) -> default
@@ -187,6 +189,12 @@ def of_devices(devices: Sequence[Any]) -> Platform:
     first = devices[0]
     version = getattr(getattr(first, "client", None), "platform_version", None) or ""
     return identify(first.platform, getattr(first, "device_kind", ""), str(version))
+
+
+def of_variant(variant: str) -> Platform:
+    """The platform a stack (`--variant`, a container's `variant`) runs on; `unknown` for a
+    variant no platform declares."""
+    return next((p for p in every() if variant in p.variants), unknown(variant))
 
 
 def unknown(name: str) -> Platform:

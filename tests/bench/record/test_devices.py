@@ -86,12 +86,12 @@ def test_a_record_that_guessed_cpu_for_rows_run_on_a_tpu_is_refused(tmp_path, ca
     record["rows"][0]["gpu"] = {"check": "warn", "note": "no NVIDIA GPU: platform tpu"}
     bad = tmp_path / "tpu-said-cpu.json"
     bad.write_text(json.dumps(record))
-    with pytest.raises(ValueError, match="ran on a TPU"):
+    with pytest.raises(ValueError, match="ran on platform tpu but the devices say cpu"):
         read_run(bad)
     assert validate.main([str(bad)]) == 1
-    assert "ran on a TPU" in capsys.readouterr().err
+    assert "ran on platform tpu but the devices say cpu" in capsys.readouterr().err
     assert compare_command.main([str(bad), str(shutil.copy(CPU_RECORD, tmp_path))]) == 2
-    assert "ran on a TPU" in capsys.readouterr().err
+    assert "ran on platform tpu but the devices say cpu" in capsys.readouterr().err
     # the same record with its devices read by the process that held them stands
     record["environment"]["devices"]["read_by"] = "the process that held them"
     bad.write_text(json.dumps(record))

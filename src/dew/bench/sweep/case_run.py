@@ -32,7 +32,7 @@ from dew import platforms
 from dew.bench.analysis.repeats import step_repeat
 from dew.bench.common.cli import one_line
 from dew.bench.common.units import GIB
-from dew.bench.record.schema import GpuTelemetry, GpuWindow, StepRepeat, StepRow
+from dew.bench.record.schema import GPU_NOTE, GpuTelemetry, GpuWindow, StepRepeat, StepRow
 from dew.bench.runtime.phases import PhaseClock
 from dew.bench.runtime.protocol import says_out_of_memory
 from dew.bench.sweep import divergence, own_step
@@ -275,7 +275,7 @@ def gpu_window(
         return state, GpuTelemetry(check=mode, note="GPU readings turned off (--gpu-check off)")
     platform = platforms.of_devices(devices) if devices else platforms.unknown("none")
     if not platform.nvml:  # a ROCm GPU too: NVML is NVIDIA's
-        return state, GpuTelemetry(check=mode, note=f"no NVIDIA GPU: platform {platform.name}")
+        return state, GpuTelemetry(check=mode, note=f"{GPU_NOTE}{platform.name}")
     with nvml.session() as gpus:
         if not gpus:
             return state, GpuTelemetry(check=mode, note=f"no NVIDIA GPU: {gpus.why}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dew import platforms
 from dew.bench.common.errors import UsageError
 from dew.bench.record.stack import TPU_HOST
 from dew.host import replay
@@ -98,7 +99,8 @@ def ab(session, posargs: list[str], name: str = "ab") -> None:
     for side in sides.values():
         into = run_dir / "outside" / side.name
         side.site = replay.outside_site(session, name, engine, side.image, side.packages, into)
-    env = SMOKE_ENV if args.variant == "cpu" else {"JAX_PLATFORMS": "cuda"}
+    platform = platforms.of_variant(args.variant)
+    env = SMOKE_ENV if platform.host_cores else {"JAX_PLATFORMS": platform.jax_platforms}
     try:
         run_rounds(engine, sides, args, run_dir, env, log=session.log)
     except UsageError as error:  # --out holds another A/B

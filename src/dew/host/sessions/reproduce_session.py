@@ -16,6 +16,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from dew import platforms
 from dew.bench.common.files import atomic_write  # dew's one atomic writer; standard library only
 from dew.host import replay, stack_images
 from dew.host.benchmarks import compare_with_published
@@ -86,7 +87,7 @@ def reproduce(session) -> None:
     unmatched = base_lines + replay.not_matched(environment, image) + outside_lines
     for line in unmatched:
         session.log(f"not matched: {line}")
-    on_gpu = spec.variant != "cpu"
+    on_gpu = platforms.of_variant(spec.variant).nvml
     if on_gpu:
         gpu_visible_in_image(session, engine, image)
     out = replay.reproduce_parser("reproduce").parse(session.posargs).out

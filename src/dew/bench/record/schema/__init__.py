@@ -104,6 +104,9 @@ __all__ = [
 # 4: the devices as the process that held them read them (`devices.read_by`, TPU `coords`
 # and `topology`), the `backend` it saw, a step repeat's `peak_own`. Optional again.
 SCHEMA_VERSION = 4
+# A row's gpu note off an NVIDIA GPU, the platform its case's process ran on after it
+# (dew.bench.sweep.case_run.gpu_window writes it; a guessed record is held to it).
+GPU_NOTE = "no NVIDIA GPU: platform "
 
 # --- what ran ----------------------------------------------------------------------------
 
@@ -182,19 +185,22 @@ class BenchmarkRun(Record):
         return self
 
     @pydantic.model_validator(mode="after")
-    def _no_guessed_cpu_over_tpu_rows(self) -> BenchmarkRun:
+    def _no_guessed_devices_under_other_rows(self) -> BenchmarkRun:
         """A record from before its devices were read by the process that held them
         (read_by null) could say cpu where its rows ran on a TPU: its cases' processes said
-        so in each row's gpu note. Its TPU's kind and count are not known: refused."""
+        where in each row's gpu note ("no NVIDIA GPU: platform tpu"). Its devices' kind and
+        count are not known: refused."""
         devices = self.environment.devices if self.environment else None
-        if devices is None or devices.read_by is not None or devices.platform != "cpu":
+        if devices is None or devices.read_by is not None:
             return self
         for index, row in enumerate(self.rows):
             note = getattr(getattr(row, "gpu", None), "note", None) or ""
-            if note.endswith("platform tpu"):
+            ran = note.rpartition(GPU_NOTE)[2] if GPU_NOTE in note else devices.platform
+            if ran != devices.platform:
                 raise ValueError(
-                    f"rows[{index}] ran on a TPU but the devices say cpu (read before dew "
-                    "asked the process that held the chip): its TPU is unknown; measure again"
+                    f"rows[{index}] ran on platform {ran} but the devices say "
+                    f"{devices.platform} (read before dew asked the process that held them): "
+                    "its devices are unknown; measure again"
                 )
         return self
 
