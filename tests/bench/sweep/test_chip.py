@@ -38,8 +38,8 @@ def test_a_rows_peak_says_when_later_cases_programs_were_loaded_beside_it():
 def test_the_holder_takes_the_lowest_peak_first(tmp_path):
     chip = HeldChip(Options(preset="cpu-smoke"), SilentProgress(), "cpu")
     case = get("cpu-smoke").cases[0]
-    ready = [Waiting(i, case, None, 0.0) for i in range(3)]
-    chip.compiled = {i: Compiled({"compiler_peak_gib": gib}) for i, gib in enumerate((3, 1, 2))}
+    estimates = [Compiled({"compiler_peak_gib": gib}) for gib in (3, 1, 2)]
+    ready = [Waiting(i, case, compiled, 0.0) for i, compiled in enumerate(estimates)]
     assert [w.position for w in chip._ordered(ready)] == [1, 2, 0]  # the compiler's estimate
     chip.peaks = {0: 1, 1: 5, 2: 3}  # what the last round read wins
     assert [w.position for w in chip._ordered(ready)] == [0, 2, 1]

@@ -1,7 +1,7 @@
 """HeldChip: the executor of a run on a chip one process at a time can hold (a TPU).
 
-The round is the step benchmark's one scheduler's (dew.bench.sweep.waves: its compile stage
-and its time stage); HeldChip is its strategy, saying how a case compiles and where its
+A round runs on the step benchmark's one scheduler (dew.bench.sweep.waves: its compile
+stage, its time stage), HeldChip the strategy that says how a case compiles and where its
 program waits. A round: the cases not compiled yet compiled side by side without the chip
 (compile_job, up to --compile-jobs at once while the host's memory holds another), each
 program saved in a folder; then one fresh process holding the chip loads the round's
@@ -139,7 +139,7 @@ class HeldChip:
         def expected(item: waves.Waiting) -> float:
             if item.position in self.peaks:
                 return float(self.peaks[item.position])
-            estimate = self.compiled[item.position].figures.compiler_peak_gib
+            estimate = item.program.figures.compiler_peak_gib
             return float(estimate or 0.0) * 2**30
 
         return sorted(ready, key=expected)
@@ -159,8 +159,7 @@ class HeldChip:
         return None
 
     def time(self, waiting: waves.Waiting) -> StepRow:
-        position, case = waiting.position, waiting.case
-        fields = self.compiled[position]
+        position, case, fields = waiting.position, waiting.case, waiting.program
         # the compile's phases on the repeat of the round that compiled it only
         compiled_now = fields.phases if position in self._compiled_now else []
         fields = dataclasses.replace(fields, phases=[*compiled_now, *self._open_phase])
@@ -179,7 +178,7 @@ class HeldChip:
         return answer.row
 
     def failed(self, waiting: waves.Waiting, error: str) -> StepRow:
-        return self._failed(waiting.case, self.compiled[waiting.position], error)
+        return self._failed(waiting.case, waiting.program, error)
 
     def kill(self, program: Compiled) -> None:
         pass  # a saved program: no process of its own (stop ends the holder)
