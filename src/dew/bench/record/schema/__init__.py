@@ -33,6 +33,7 @@ from typing import Annotated, Any
 import pydantic
 from pydantic import Field
 
+from dew import platforms  # plain data, standard library only
 from dew.bench.common.files import atomic_write  # standard library only
 from dew.bench.record.schema.base import (
     ENV_FLAG_PREFIXES,
@@ -187,11 +188,13 @@ class BenchmarkRun(Record):
     @pydantic.model_validator(mode="after")
     def _no_guessed_devices_under_other_rows(self) -> BenchmarkRun:
         """A record from before its devices were read by the process that held them
-        (read_by null) could say cpu where its rows ran on a TPU: its cases' processes said
-        where in each row's gpu note ("no NVIDIA GPU: platform tpu"). Its devices' kind and
-        count are not known: refused."""
+        (read_by null) could guess the host (cpu) where its rows ran on a TPU: its cases'
+        processes said where in each row's gpu note ("no NVIDIA GPU: platform tpu"). Its
+        devices' kind and count are not known: refused."""
         devices = self.environment.devices if self.environment else None
         if devices is None or devices.read_by is not None:
+            return self
+        if not platforms.get(devices.platform).host_cores:  # a guess of cards, not the host
             return self
         for index, row in enumerate(self.rows):
             note = getattr(getattr(row, "gpu", None), "note", None) or ""
