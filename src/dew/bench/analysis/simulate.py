@@ -49,7 +49,7 @@ class Regime:
     run: float
     shift: float
     band: float
-    family: str  # the prior of a kind without history (noise.PRIORS)
+    family: str  # the platform whose prior a kind without history gets (dew.platforms)
     rows: int = 4
     noisiest: float | None = None
     history_rows: int | None = None  # the rows the history holds (the first); None: all
