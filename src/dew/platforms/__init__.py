@@ -200,7 +200,7 @@ def of_variant(variant: str) -> Platform:
 def unknown(name: str) -> Platform:
     """A platform no module registers: nothing of another's, the widest prior and band dew
     has, and its rows say so."""
-    known = [p for p in _REGISTERED.values() if p.noise.source != "none given"]
+    known = [p for p in every() if p.noise.source != "none given"]
     widest = max(known, key=lambda p: p.noise.process, default=Platform("", "", ()))
     noise = widest.noise._replace(
         source=f"dew knows no platform {name}: the widest prior it has ({widest.title}'s)"
