@@ -45,7 +45,7 @@ def checkout(tmp_path, monkeypatch):
     git(root, "init", "-q")
     git(root, "add", "results")
     git(root, "commit", "-q", "-m", "records")
-    monkeypatch.setattr(history_records, "REPO_ROOT", root)
+    monkeypatch.setattr(history_records, "RESULTS_ROOT", root)
     monkeypatch.setattr(fit, "HISTORY", root / "results")
     monkeypatch.setattr(fit, "TABLE", root / "results" / "noise.json")
     monkeypatch.setattr(fit, "SUPERSEDED", root / "results" / "superseded.json")
@@ -114,7 +114,7 @@ def test_outside_a_checkout_the_cache_is_the_history(tmp_path, monkeypatch):
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(REPO / path, tmp_path / path)
     assert history_scope.committed(results) is None  # git answers: no checkout here
-    monkeypatch.setattr(history_records, "REPO_ROOT", tmp_path)
+    monkeypatch.setattr(history_records, "RESULTS_ROOT", tmp_path)
     monkeypatch.setattr(fit, "HISTORY", results)
     monkeypatch.setattr(fit, "SUPERSEDED", results / "superseded.json")
     monkeypatch.setattr(fit, "TABLE", results / "noise.json")

@@ -45,7 +45,7 @@ from dew.bench.analysis.simulate import (
 )
 from dew.bench.analysis.tables import level
 from dew.bench.common import cli, files
-from dew.bench.common.files import REPO_ROOT
+from dew.bench.common.files import RESULTS_ROOT
 from dew.bench.record.validate import load
 
 PROG = "python -m dew.bench.analysis.calibration"
@@ -253,7 +253,7 @@ def _held(run, ref, run_path: str, ref_path: str) -> Pair:
     two records (history.kinds_table), then comparison.compare; a pair holding a superseded
     record as compare's noise line says to judge it, `--with-superseded` (the noise of its
     time)."""
-    exclude = (REPO_ROOT / run_path, REPO_ROOT / ref_path)
+    exclude = (RESULTS_ROOT / run_path, RESULTS_ROOT / ref_path)
     gone = history.superseded(history.SUPERSEDED)
     kinds = None
     if run_path in gone or ref_path in gone:
@@ -283,7 +283,7 @@ def pairs(slower: Sequence[str] = ()) -> tuple[list[Pair], list[Pair]]:
     for path, record in records:
         groups.setdefault(history.identity(record), []).append(path)
     paths = [p for group in groups.values() if len(group) > 1 for p in group]
-    loaded = {p: load(REPO_ROOT / p, "RECORD") for p in [*paths, *slower]}
+    loaded = {p: load(RESULTS_ROOT / p, "RECORD") for p in [*paths, *slower]}
     same = [_held(loaded[a], loaded[b], a, b)
             for group in groups.values() if len(group) > 1
             for a, b in itertools.permutations(group, 2)]  # fmt: skip

@@ -56,13 +56,13 @@ from dew.bench.analysis.levels import history, noise
 from dew.bench.analysis.plots import comparison_chart
 from dew.bench.common import cli, files
 from dew.bench.common.cli import UsageError
-from dew.bench.common.files import REPO_ROOT
+from dew.bench.common.files import RESULTS_ROOT
 from dew.bench.record.schema import BenchmarkRun
 from dew.bench.record.stack import same_device
 from dew.bench.record.validate import check_file, load
 
 PROG = "python -m dew.bench.analysis.compare_command"
-RESULTS_DIR = REPO_ROOT / "results"
+RESULTS_DIR = RESULTS_ROOT / "results"
 
 
 # --- the default reference ---------------------------------------------------------------

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from dew.bench.common.errors import UsageError
-from dew.bench.common.files import REPO_ROOT
+from dew.bench.common.files import RESULTS_ROOT
 from dew.bench.record.schema.documents import Superseded
 
 CheckFile = Callable[[Path], tuple[Any, list[str]]]  # a record file: (the record, its errors)
@@ -30,7 +30,7 @@ def root_of(path: Path) -> Path:
     """The repository root an entry's path is read from: the folder above the results/
     folder holding the file; for a file elsewhere (a copy), dew's own checkout."""
     folder = Path(path).resolve().parent
-    return folder.parent if folder.name == "results" else REPO_ROOT
+    return folder.parent if folder.name == "results" else RESULTS_ROOT
 
 
 def problems(path: Path, table: Superseded, check_file: CheckFile) -> list[str]:

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from dew.bench.analysis.kinds import KINDS
-from dew.bench.common.files import REPO_ROOT
+from dew.bench.common.files import RESULTS_ROOT
 
 SKIPPED_DIRS = {"schema", "site"}
 
@@ -69,7 +69,7 @@ def parse(paths: Iterable[Path]) -> list[tuple[str, dict]]:
         if code.get("dirty") and not code.get("diff_sha256"):
             continue  # a dirty tree of unknown content: no A/A pair of anything
         shown = path.resolve()  # from the repository's root where it lies inside
-        found.append((str(shown.relative_to(REPO_ROOT) if shown.is_relative_to(REPO_ROOT)
+        found.append((str(shown.relative_to(RESULTS_ROOT) if shown.is_relative_to(RESULTS_ROOT)
                           else shown), record))  # fmt: skip
     return found
 
@@ -83,7 +83,7 @@ def leave_out(records: list[tuple[str, dict]], exclude: Iterable[Path] = ()
     theirs = [held(record) for _, record in parse(skip)]
     kept, copies = [], []
     for path, record in records:
-        if (REPO_ROOT / path).resolve() in skip:
+        if (RESULTS_ROOT / path).resolve() in skip:
             continue
         mine = held(record)
         if mine and any(mine <= figures for figures in theirs):

@@ -69,7 +69,7 @@ def split_committed(results: Path) -> tuple[list[Path] | None, list, list]:
     if tracked is None:
         return None, parsed, []
     mine = {p.resolve() for p in tracked}
-    root = history_records.REPO_ROOT
+    root = history_records.RESULTS_ROOT
     inside = [(p, r) for p, r in parsed if (root / p).resolve() in mine]
     return tracked, inside, [(p, r) for p, r in parsed if (root / p).resolve() not in mine]
 
@@ -143,7 +143,7 @@ def kinds_table(history_dir: Path | None = None, exclude: Iterable[Path] = (), *
     `cache`, results/noise.json, where it holds none of them), less the records compared
     and their copies and, unless `with_superseded`, the superseded ones."""
     exclude = [Path(p) for p in exclude]
-    root = history_records.REPO_ROOT  # the records' paths are named from it
+    root = history_records.RESULTS_ROOT  # the records' paths are named from it
     listed = read_superseded(fit.SUPERSEDED)
     gone = {} if with_superseded else listed.records
     if history_dir is None:
