@@ -47,7 +47,7 @@ from pathlib import Path
 from dew.bench.common import cli
 from dew.bench.common.errors import Interrupted, faults
 from dew.bench.common.files import REPO_ROOT, check_output_dir
-from dew.bench.record.capture import _code  # the commit the records will name
+from dew.bench.record.capture import code_identity  # the commit the records will name
 
 PROG = "scripts/chip_replays.py"
 RECORD = "results/runs/20261206T162051Z-small-tpu-v5e-04f0382/step.json"
@@ -93,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run(argv: list[str]) -> int:
     args = cli.parse(Args, argv, prog=PROG)
     check(args)
-    code = _code(REPO_ROOT, os.environ)
+    code = code_identity(REPO_ROOT, os.environ)
     short = (code.commit or "nocommit")[:7] + ("-dirty" if code.dirty else "")
     out = Path(args.out)
     for name in args.only or NAMES:

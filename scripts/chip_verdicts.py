@@ -62,7 +62,7 @@ from pathlib import Path
 from dew.bench.common import cli
 from dew.bench.common.errors import Interrupted, faults
 from dew.bench.common.files import REPO_ROOT, check_output_dir
-from dew.bench.record.capture import _code  # the commit the records will name
+from dew.bench.record.capture import code_identity  # the commit the records will name
 from dew.bench.record.validate import load
 from dew.bench.sweep import presets
 from dew.bench.sweep.preflight import probe_devices
@@ -131,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run(argv: list[str]) -> int:
     args = cli.parse(Args, argv, prog=PROG)
     specs = check(args)
-    code = _code(REPO_ROOT, os.environ)
+    code = code_identity(REPO_ROOT, os.environ)
     short = (code.commit or "nocommit")[:7] + ("-dirty" if code.dirty else "")
     out = Path(args.out)
     folders = {name: find(out, args.preset, name, short) for name in NAMES}

@@ -180,9 +180,6 @@ def test_no_two_modules_share_a_name_outside_the_commands():
 
 
 SCRIPTS = REPO / "scripts"
-# Left out: a chip run takes these two as they are; they import capture._code, the alias of
-# code_identity kept for them.
-PRIVATE_NAMES_ALLOWED = {"chip_replays.py", "chip_verdicts.py"}
 
 
 def private_dew_names(source: str) -> list[str]:
@@ -222,7 +219,7 @@ def test_the_scripts_use_dews_public_names_only():
     private = {
         str(path.relative_to(REPO)): names
         for path in files
-        if path.name not in PRIVATE_NAMES_ALLOWED and (names := private_dew_names(path.read_text()))
+        if (names := private_dew_names(path.read_text()))
     }
     assert private == {}, f"make the name public in its module, or use one that is: {private}"
 

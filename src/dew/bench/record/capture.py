@@ -375,10 +375,6 @@ def code_identity(repo: Path, environ: Mapping[str, str]) -> Code:
     return Code(commit=None, dirty=None, source=None)
 
 
-# scripts/chip_replays.py and scripts/chip_verdicts.py still import the private name.
-_code = code_identity
-
-
 def _git(repo: Path, *args: str) -> str | None:
     """git's output in the checkout `repo` (None outside one, or when git answers otherwise)."""
     return git(repo, *args) if (repo / ".git").exists() else None
