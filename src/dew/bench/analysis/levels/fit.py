@@ -34,10 +34,10 @@ from dew.bench.analysis.kinds import KINDS
 from dew.bench.analysis.levels import spread
 from dew.bench.analysis.levels.history_records import _figures
 from dew.bench.analysis.levels.row_noise import PRIOR_DF
-from dew.bench.common.files import REPO_ROOT
+from dew.bench.common.files import RESULTS_ROOT
 from dew.bench.record.stack import stack_identity
 
-HISTORY = REPO_ROOT / "results"
+HISTORY = RESULTS_ROOT / "results"
 TABLE = HISTORY / "noise.json"
 SUPERSEDED = HISTORY / "superseded.json"
 MOST_DF = 1e6  # a row's degrees of freedom as noise.json holds them (JSON has no inf)
@@ -184,42 +184,52 @@ def fit_group(members: Sequence[tuple[str, dict]], fit: KindFit) -> None:
     process = group.var
     means = {key: float(logs.mean()) for key, logs in cells.items()}
     inverse_n = {key: 1 / logs.size for key, logs in cells.items()}
+    # each cell weighed by its mean's precision under its own row's process level: rows 100x
+    # apart in noise (a host-bound row beside a device-bound one) would otherwise fill the
+    # residuals, and so the run level and the shift of every row, with the noisy rows' noise
+    own = {lab: processes[lab].var if processes[lab].df > 0 and processes[lab].var > 0
+           else process for lab in labels}  # fmt: skip
+    weight = {key: 1 / max(own[key[1]] * inverse_n[key], 1e-30) for key in means}
     a = dict.fromkeys(records, 0.0)
     c = {label: float(np.mean([m for (_, lab), m in means.items() if lab == label]))
          for label in labels}  # fmt: skip
-    for _ in range(50):  # the additive fit m = a_record + c_row, by alternating means
+    for _ in range(50):  # the additive fit m = a_record + c_row, by alternating weighted means
         for r in records:
-            own = [means[(r, lab)] - c[lab] for lab in labels if (r, lab) in means]
-            a[r] = float(np.mean(own))
+            mine = [(r, lab) for lab in labels if (r, lab) in means]
+            a[r] = _weighted([means[k] - c[k[1]] for k in mine], [weight[k] for k in mine])
         centre = float(np.mean(list(a.values())))
         a = {r: v - centre for r, v in a.items()}
         for lab in labels:
-            own = [means[(r, lab)] - a[r] for r in records if (r, lab) in means]
-            c[lab] = float(np.mean(own))
+            mine = [(r, lab) for r in records if (r, lab) in means]
+            c[lab] = _weighted([means[k] - a[k[0]] for k in mine], [weight[k] for k in mine])
     residual = {key: m - a[key[0]] - c[key[1]] for key, m in means.items()}
     df_e = len(means) - len(records) - len(labels) + 1
-    per_record = [sum(1 for (r2, _) in means if r2 == r) for r in records]
     if df_e > 0:
-        ms_e = sum(e * e for e in residual.values()) / df_e
-        share = process * float(np.mean(list(inverse_n.values())))
-        fit.run.add(ms_e, df_e, share, group.df)
+        # in each cell's own units the residuals' mean square is 1 + the run level times the
+        # cell's weight: the run level is that excess over the mean weight
+        scale = float(np.mean(list(weight.values())))
+        ms_w = sum(weight[k] * e * e for k, e in residual.items()) / df_e
+        fit.run.add(ms_w / scale, df_e, 1 / scale, group.df)
         for lab in labels:
             mine = [key for key in residual if key[1] == lab]
             df_k = df_e * len(mine) / len(means)
             ms_k = sum(residual[k] ** 2 for k in mine) / df_k if df_k > 0 else 0.0
-            # the row's own processes' share: rows 100x apart in noise (a host-bound row
-            # beside a device-bound one) would each be misread by the group's
-            row_process = processes[lab].var if processes[lab].df > 0 else process
-            share_k = row_process * float(np.mean([inverse_n[k] for k in mine]))
+            share_k = own[lab] * float(np.mean([inverse_n[k] for k in mine]))
             fit.rows[lab]["run"].add(ms_k - share_k, df_k)
         between = float(np.var(list(a.values()), ddof=1))
-        within = ms_e * float(np.mean([1 / k for k in per_record]))
+        # a record's effect is its cells' weighted mean: its variance from the residuals
+        within = ms_w * float(np.mean([1 / sum(weight[k] for k in means if k[0] == r)
+                                       for r in records]))  # fmt: skip
         fit.shift.add(between, len(records) - 1, within, df_e)
     else:  # one row: its records' spread is shift and run at once; counted as the shift
         between = float(np.var(list(a.values()), ddof=1)) if len(labels) == 1 else 0.0
         share = process * float(np.mean(list(inverse_n.values())))
         fit.shift.add(between, len(records) - 1, share, group.df)
     fit.records.append(sorted(members[r][0] for r in records))
+
+
+def _weighted(values: list[float], weights: list[float]) -> float:
+    return float(np.average(values, weights=weights))
 
 
 def fit(records: Sequence[tuple[str, dict]], left_out_paths: Collection[str] = ()) -> dict:
