@@ -198,6 +198,18 @@ def test_a_real_burner_on_this_vm_still_holds_back_the_runs_verdicts(tmp_path):
         assert host_gates.side_bias(row, run) >= math.log1p(min(1.0, 0.8 + 2 - cores)), cores
     cmp = comparison.compare(run, reference, band=5.0, noise=_quiet())
     assert all(r.verdict != "slower" for r in cmp.counted), [r.why for r in cmp.counted]
-    held = [r for r in cmp.counted if r.why and "slower while the host was busy for 3 of 3 run"
-            in r.why]  # fmt: skip
-    assert held, [(r.verdict, r.why, r.difference.ratio) for r in cmp.counted]
+    # the same figures with the busy readings taken away: where a row then reads slower, the
+    # gate is what held it back, and says so (where the burner's noise alone keeps a row
+    # undecided, there is nothing for the gate to hold: seen in CI, a row at 1.45x over
+    # [0.89, 2.34])
+    ungated = run.model_copy(deep=True)
+    for row in ungated.rows:
+        for repeat in row.repeats or []:
+            repeat.host_busy = None
+    plain = comparison.compare(ungated, reference, band=5.0, noise=_quiet())
+    slower = {r.label for r in plain.counted if r.verdict == "slower"}
+    for r in cmp.counted:
+        if r.label in slower:
+            assert r.why and "slower while the host was busy for 3 of 3 run" in r.why, r.why
+    assert slower or all(r.verdict == "undecided" for r in cmp.counted), [
+        (r.verdict, r.why) for r in cmp.counted]  # fmt: skip

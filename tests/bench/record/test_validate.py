@@ -98,7 +98,7 @@ def test_the_committed_results_folder_passes_whole(capsys):
     out, err = capsys.readouterr()
     assert err == ""
     kinds = ("step run", "data run", "run level", "superseded records", "A/B plan",
-             "comparison", "JSON Schema")  # fmt: skip
+             "comparison", "JSON Schema", "wall time", "step exit")  # fmt: skip
     for kind in kinds:
         assert f": ok ({kind}" in out, kind
 
@@ -122,6 +122,16 @@ DOCUMENTS = {
         "$.outcome",
     ),
     "JSON Schema": ("schema/step_row.schema.json", lambda d: d.update(type="array"), "$.type"),
+    "wall time": (
+        "runs/20261207T054932Z-reproduce-tpu-v5e-89b95f9/wall.json",
+        lambda d: d.update(wall_s=-1),
+        "$.wall_s",
+    ),
+    "step exit": (
+        "runs/20261207T054932Z-reproduce-tpu-v5e-89b95f9/done.json",
+        lambda d: d.update(exit="three"),
+        "$.exit",
+    ),
 }
 
 

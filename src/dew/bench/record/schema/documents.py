@@ -8,6 +8,8 @@ read from its content (`document_kind`), and its check (`check_document`).
     A/B plan       RUN/ab-plan.json                nox -s ab (dew.host.ab_rounds)
     comparison     compare.json                    dew compare --format json
     sweep timings  scripts/sweep_time.py --out
+    wall time      STEP/wall.json                  scripts/chip_replays.py (a step's calls)
+    step exit      STEP/done.json                  scripts/chip_replays.py (its verdict's exit)
 
 A kind is known by the keys only it has at its top, checked before a record's (a
 comparison has a kind and rows too). Each model names the fields the readers use and
@@ -183,6 +185,19 @@ class SweepTimings(Document):
     cpus: NonNegativeInt | None = None
 
 
+class StepWall(Document):
+    """scripts/chip_replays.py's STEP/wall.json: a step's wall time, each call's and the sum."""
+
+    calls: list[NonNegativeFloat]
+    wall_s: NonNegativeFloat
+
+
+class StepExit(Document):
+    """scripts/chip_replays.py's STEP/done.json: the exit status of the step's verdict."""
+
+    exit: int
+
+
 # (name, the keys only it has at its top, its model), in the order they are told apart.
 KINDS: tuple[tuple[str, set[str], type[Document]], ...] = (
     ("JSON Schema", {"$schema"}, JsonSchema),
@@ -191,6 +206,8 @@ KINDS: tuple[tuple[str, set[str], type[Document]], ...] = (
     ("A/B plan", {"sides", "rounds", "order"}, AbPlan),
     ("comparison", {"run", "reference", "summary", "rows"}, ComparisonDocument),
     ("sweep timings", {"checkout", "runs", "preset"}, SweepTimings),
+    ("wall time", {"calls", "wall_s"}, StepWall),
+    ("step exit", {"exit"}, StepExit),  # after the comparison, which has an exit too
 )
 MODELS = {name: model for name, _, model in KINDS}
 
