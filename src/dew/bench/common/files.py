@@ -35,14 +35,20 @@ def _is_checkout(path: Path) -> bool:
     return (path / "src" / "dew" / "__init__.py").is_file() and (path / "results").is_dir()
 
 
-# The checkout whose results/ dew reads (the history a comparison's noise is fitted from,
-# the published tables, results/superseded.json): the one around this package; for a dew
-# installed from a wheel or a bundle, which sits in no checkout, the current directory
-# where it is a dew checkout (a TPU host runs the bundle's dew from the checkout's root,
-# docs/tpu-install.md). Its commit is not the record's: that stays the installed dew's.
-RESULTS_ROOT = (
-    REPO_ROOT if _is_checkout(REPO_ROOT) or not _is_checkout(Path.cwd()) else (Path.cwd().resolve())
-)
+def _results_root() -> Path:
+    """The checkout whose results/ dew reads (the history a comparison's noise is fitted
+    from, the published tables, results/superseded.json): the one around this package; for
+    a dew installed from a wheel or a bundle, which sits in no checkout, the current
+    directory where it is a dew checkout (a TPU host runs the bundle's dew from the
+    checkout's root, docs/tpu-install.md). Its commit is not the record's: that stays the
+    installed dew's."""
+    if _is_checkout(REPO_ROOT):
+        return REPO_ROOT
+    here = Path.cwd().resolve()
+    return here if _is_checkout(here) else REPO_ROOT
+
+
+RESULTS_ROOT = _results_root()
 
 
 def atomic_write(path: str | os.PathLike, data: str | bytes) -> Path:
