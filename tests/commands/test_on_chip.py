@@ -134,6 +134,8 @@ def test_ab_of_two_settings_runs_paired_rounds_to_a_verdict(chip, tmp_path):
     assert dtypes == {"A": "bfloat16", "B": "float32"}
     table = (run / "ab.md").read_text()
     assert "| simple_dit |" in table and ("REPRODUCED" in table or "INCONCLUSIVE" in table)
+    # one stack against itself: the header says what sets the sides apart
+    assert "(this one)`; --dtype bfloat16" in table and "(this one)`; --dtype float32" in table
     again = dew(*argv, chip=chip, cwd=tmp_path)  # every run kept: nothing runs again
     assert again.returncode == done.returncode
     assert "round 1/2" not in again.stderr

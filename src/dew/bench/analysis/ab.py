@@ -275,6 +275,10 @@ def render(plan: dict, found: list[Case], band: float, alpha: float) -> str:
             + (f" @ {item['commit'][:7]}" if item.get("commit") else "")
             for item in info.get("outside") or []
         ]
+        # a side's own settings, so that one stack against itself says what differs
+        env = plan.get("env", {}).get(side, {})
+        own = [*plan.get("side_tool", {}).get(side, []), *(f"{k}={v}" for k, v in env.items())]
+        line += f"; {' '.join(own)}" if own else ""
         return line + (f"; from outside dew: {', '.join(outside)}" if outside else "")
 
     rounds = plan["rounds"]
