@@ -248,3 +248,49 @@ def test_every_script_is_named_by_a_test_of_its_own():
     tests = " ".join(path.read_text() for path in (REPO / "tests" / "scripts").glob("*.py"))
     untested = [path.name for path in sorted(SCRIPTS.glob("*.py")) if path.stem not in tests]
     assert untested == [], f"test these under tests/scripts/, or delete them: {untested}"
+
+
+PLATFORM_NAMES = frozenset({"cpu", "gpu", "tpu", "cuda", "rocm", "nvidia", "metal"})
+
+
+def _branches_on_a_platform_name(source: str) -> list[int]:
+    """The lines of `source` that compare a value with a platform's name: `x == "tpu"`,
+    `x != "cpu"`, `x in ("cpu", "tpu")` (dew.platforms' fields say what differs)."""
+
+    def named(node: ast.AST) -> bool:
+        if isinstance(node, ast.Constant):
+            return isinstance(node.value, str) and node.value.lower() in PLATFORM_NAMES
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return any(named(item) for item in node.elts)
+        return False
+
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Compare):
+            continue
+        sides = [node.left, *node.comparators]
+        for op, left, right in zip(node.ops, sides[:-1], sides[1:], strict=True):
+            if isinstance(op, (ast.Eq, ast.NotEq)) and (named(left) or named(right)):
+                lines.append(node.lineno)
+            elif (
+                isinstance(op, (ast.In, ast.NotIn))
+                and isinstance(right, ast.Tuple | ast.List | ast.Set)
+                and named(right)
+            ):
+                lines.append(node.lineno)
+    return lines
+
+
+def test_nothing_outside_the_platforms_branches_on_a_platform_name():
+    found = [f"{path.relative_to(REPO)}:{line}"
+             for path in sorted((REPO / "src/dew").rglob("*.py"))
+             if "platforms" not in path.relative_to(REPO / "src/dew").parts[:1]
+             for line in _branches_on_a_platform_name(path.read_text())]  # fmt: skip
+    assert not found, f"compared with a platform's name outside dew.platforms: {found}"
+
+
+@pytest.mark.parametrize("line", ['if name == "cpu": pass', 'ok = kind != "TPU"',
+                                  'gpu = platform in ("gpu", "cuda")'])  # fmt: skip
+def test_a_branch_on_a_platform_name_is_found(line):
+    assert _branches_on_a_platform_name(line) == [1]
+    assert _branches_on_a_platform_name('on = "cpu" in reason_text') == []

@@ -38,6 +38,24 @@ def test_a_toy_platform_in_one_module_claims_the_devices_and_brings_its_own_fact
     assert platforms.of_devices(jax.devices()).name == "cpu"  # gone with its block
 
 
+def test_a_topology_is_compiled_for_by_its_platform_and_a_foreign_name_is_refused():
+    """dew.train.executables.topology_devices asks the platform that owns the name: "cpu"
+    the host's CPU (the held-chip path's tests), a CHIP:AxB name the TPU's module; a toy
+    platform's own topology is its own; a name no platform owns is one ValueError."""
+    from dew.train.executables import topology_devices
+
+    assert platforms.of_topology("v5e:2x4").name == "tpu"
+    assert platforms.of_topology("v4:2x2x1").name == "tpu"
+    assert topology_devices("cpu") == jax.devices("cpu")
+    import toy_platform  # a module imported once: its platform given to the block below
+
+    with platforms.registered(toy_platform.TOY):
+        assert topology_devices("toy:1") == jax.devices("cpu")[:1]
+    for foreign in ("v5e", "v5e:1x1x1x1", "toy:1", "CPU"):
+        with pytest.raises(ValueError, match=f"topology {foreign!r} is no platform's .*tpu"):
+            topology_devices(foreign)
+
+
 def _declared(folder: Path) -> dict[str, str]:
     """An environment whose Pythons find the toy platform through the `dew.platforms` entry
     point of a distribution installed in `folder` (its metadata, the module beside it)."""

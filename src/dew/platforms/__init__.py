@@ -2,7 +2,8 @@
 
 A `Platform` says everything dew does differently on it: which devices are its own (JAX's
 platform name, the vendor), how one device's memory is read, its peak FLOP/s table, the
-topology its devices form, the stack its records ran on outside an image, the executor
+topology its devices form and the topologies it compiles for without them, the stack its
+records ran on outside an image, the executor
 that holds its device for a round, the default --compile-jobs, the noise prior and band a
 comparison of its records assumes, what compare may hold its times against, and what its
 rows lack. Callers ask the registry (`get` for a record's platform name, `identify` for a
@@ -79,6 +80,10 @@ class Platform:
     guess: str | None = None
     # (device kind, coordinates) -> the slice's name ("v5e:1x1"), None where unknown
     topology: Callable[[str, Sequence[Sequence[int]]], str | None] | None = None
+    topologies: str = ""  # the topology names it compiles for (a full match, re); "": none
+    # "module:function" (topology name) -> the devices a compile for it targets, without
+    # holding them (dew.train.executables.topology_devices)
+    compile_devices: str | None = None
     stack_variant: str | None = None  # the stack its records ran on outside an image
     variants: tuple[str, ...] = ()  # every stack of it dew builds or replays (--variant)
     jax_platforms: str = ""  # the JAX_PLATFORMS value that selects it in an image
@@ -189,6 +194,16 @@ def of_devices(devices: Sequence[Any]) -> Platform:
     first = devices[0]
     version = getattr(getattr(first, "client", None), "platform_version", None) or ""
     return identify(first.platform, getattr(first, "device_kind", ""), str(version))
+
+
+def of_topology(name: str) -> Platform:
+    """The platform that compiles for the topology `name` ("v5e:1x1", "cpu"); ValueError,
+    naming the forms there are, where none does."""
+    for platform in reversed(every()):
+        if platform.topologies and re.fullmatch(platform.topologies, name):
+            return platform
+    forms = ", ".join(f"{p.name}: {p.topologies}" for p in every() if p.topologies)
+    raise ValueError(f"topology {name!r} is no platform's ({forms}; e.g. v5e:1x1)")
 
 
 def of_variant(variant: str) -> Platform:

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from dew.platforms import Platform, Prior, register
 
 
 def compile_jobs(cores: int, cases: int) -> int:
     """A compile per core: the compiles and the cases share nothing but the host."""
     return min(cores, max(cases, 1))
+
+
+def compile_devices(name: str) -> list[Any]:
+    """This process's CPU devices: the held-chip path's compiles on a host without a chip
+    (the tests), whose one topology is "cpu"."""
+    import jax
+
+    return jax.devices("cpu")
 
 
 CPU = register(
@@ -20,6 +30,8 @@ CPU = register(
         variants=("cpu",),
         jax_platforms="cpu",
         guess="dew.bench.record.devices:host_guess",
+        topologies="cpu",
+        compile_devices="dew.platforms.cpu_platform:compile_devices",
         compile_jobs=compile_jobs,
         parallel_compiles=True,
         host_cores=True,

@@ -41,6 +41,23 @@ def topology_name(kind: str, coords: Sequence[Sequence[int]]) -> str | None:
     return f"{name}:{'x'.join(str(n) for n in extent)}"
 
 
+def compile_devices(name: str) -> list[Any]:
+    """The devices of a one-host TPU topology (e.g. "v5e:1x1"), to compile for without
+    the chip. Needs libtpu; in a process beside the chip's holder, JAX_PLATFORMS=cpu and
+    ALLOW_MULTIPLE_LIBTPU_LOAD=1 (libtpu's lockfile refuses a second process otherwise)."""
+    from jax.experimental import topologies
+
+    dims = tuple(int(n) for n in name.split(":", 1)[1].split("x"))
+    description = topologies.get_topology_desc(
+        platform="tpu",
+        topology_name=name,
+        chip_config_name="default",
+        chips_per_host_bounds=(*dims, 1)[:3],
+        num_slices=1,
+    )
+    return list(description.devices)
+
+
 def memory_gib(device: Any, environ: Mapping[str, str], gpus: Any = None) -> float | None:
     """One chip's HBM: memory_stats' bytes_limit."""
     try:
@@ -69,6 +86,9 @@ TPU = register(
         peaks=PEAKS,
         memory="dew.platforms.tpu_platform:memory_gib",
         topology=topology_name,
+        # a chip generation, then the chips along each axis: "v5e:1x1", "v5e:2x4", "v4:2x2x1"
+        topologies=r"[a-z0-9]+:\d+(?:x\d+){1,2}",
+        compile_devices="dew.platforms.tpu_platform:compile_devices",
         stack_variant="tpu-host",  # the host's own jax and libtpu beside dew's bundle
         variants=("tpu", "tpu-host"),
         jax_platforms="tpu",

@@ -25,39 +25,23 @@ the one it would have compiled itself.
 from __future__ import annotations
 
 import pickle
-import re
 from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
 
+from dew import platforms
+
 STEP_FILE, INPUTS_FILE = "step.executable", "inputs.npz"
-# "v5e:1x1", "v5e:2x4", "v4:2x2x1": a chip generation, then the chips along each axis
-TOPOLOGY = re.compile(r"^(?P<chip>[a-z0-9]+):(?P<dims>\d+(?:x\d+){1,2})$")
 
 
 def topology_devices(name: str) -> list[Any]:
-    """The devices of a one-host TPU topology (e.g. "v5e:1x1"), to compile for without
-    the chip. Needs libtpu; in a process beside the chip's holder, JAX_PLATFORMS=cpu and
-    ALLOW_MULTIPLE_LIBTPU_LOAD=1 (libtpu's lockfile refuses a second process otherwise).
-    "cpu": this process's CPU devices (the same path on a host without a TPU: the tests)."""
-    from jax.experimental import topologies
-
-    if name == "cpu":
-        return jax.devices("cpu")
-    match = TOPOLOGY.match(name)
-    if match is None:
-        raise ValueError(f"topology {name!r} is not CHIP:AxB or CHIP:AxBxC (e.g. v5e:1x1)")
-    dims = tuple(int(n) for n in match["dims"].split("x"))
-    description = topologies.get_topology_desc(
-        platform="tpu",
-        topology_name=name,
-        chip_config_name="default",
-        chips_per_host_bounds=(*dims, 1)[:3],
-        num_slices=1,
-    )
-    return list(description.devices)
+    """The devices a compile for the topology `name` targets without holding them, as its
+    platform gives them (dew.platforms: "v5e:1x1" a TPU's, "cpu" this process's CPU).
+    ValueError for a name no platform compiles for."""
+    platform = platforms.of_topology(name)
+    return platforms.resolve(platform.compile_devices)(name)
 
 
 def initial_state_on_host(trainer) -> Any:
