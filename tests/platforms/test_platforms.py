@@ -29,7 +29,7 @@ def test_a_toy_platform_in_one_module_claims_the_devices_and_brings_its_own_fact
     with platforms.registered():
         import toy_platform  # registers itself, as the entry point's import does
 
-        TOY = toy_platform.TOY
+        TOY = platforms.register(toy_platform.TOY)  # again where another test imported it
         assert platforms.of_devices(jax.devices()) is TOY
         read = identity.read(jax.devices(), environ={})
         assert (read.platform, read.kind) == ("toy", "cpu")
@@ -47,9 +47,10 @@ def test_a_topology_is_compiled_for_by_its_platform_and_a_foreign_name_is_refuse
     assert platforms.of_topology("v5e:2x4").name == "tpu"
     assert platforms.of_topology("v4:2x2x1").name == "tpu"
     assert topology_devices("cpu") == jax.devices("cpu")
-    import toy_platform  # a module imported once: its platform given to the block below
+    with platforms.registered():
+        import toy_platform
 
-    with platforms.registered(toy_platform.TOY):
+        platforms.register(toy_platform.TOY)  # a module is imported once: again here
         assert topology_devices("toy:1") == jax.devices("cpu")[:1]
     for foreign in ("v5e", "v5e:1x1x1x1", "toy:1", "CPU"):
         with pytest.raises(ValueError, match=f"topology {foreign!r} is no platform's .*tpu"):
