@@ -15,8 +15,15 @@ the chip; loss = sum(layer(x) * y)), with the Mosaic kernels' bodies and the oth
 instructions' backend configs cut to keep it small. Its XLA writes the forward and the
 weight gradient over all E experts, masked (convolutions), and the input gradient as its
 own Mosaic kernel (`ragged-dot-none`, a `tpu_custom_call` stating its cost).
+
+`fixtures/tpu_moe_layer_libtpu_0_0_42.hlo` is the same layer compiled the same way by the
+TPU host's own stack (libtpu 0.0.42.1, jax 0.10.2), cut the same way. Its XLA writes the
+forward and the input gradient as Mosaic kernels, and the weight gradient over all E
+experts, masked, as convolutions whose metadata names nothing: each operand is the routed
+rows broadcast to every expert, each expert's copy masked to its own rows.
 """
 
+import re
 from pathlib import Path
 
 import pytest
@@ -39,6 +46,42 @@ def test_the_tpu_programs_work_count_is_the_count_by_hand():
     assert count.unknown_custom_call_counts["tpu_custom_call"] == 4
     # The 3 kernels state their cost; the one that computes the groups' offsets states none.
     assert count.work_unknown_custom_call_counts["tpu_custom_call"] == 1
+
+
+def test_libtpu_0_0_42s_program_s_work_count_is_the_count_by_hand():
+    count = hlo_flops((FIXTURES / "tpu_moe_layer_libtpu_0_0_42.hlo").read_text())
+    assert count.work == BY_HAND
+    # Executed: the weight gradient's 3 products over all 8 experts; the forward's and the
+    # input gradient's 6 kernels, and the one for the groups' offsets, count 0 (named).
+    assert count.total == 3 * E * EXPERT_PRODUCT + ROUTER
+    assert count.unknown_custom_call_counts["tpu_custom_call"] == 7
+    assert count.work_unknown_custom_call_counts["tpu_custom_call"] == 1
+
+
+# Each edit makes the weight gradient's convolutions products the masks do not split by
+# expert, which the work count keeps whole: a mask over the expert and an output feature
+# rather than the rows, or rows that differ from expert to expert.
+NOT_BY_GROUP = {
+    "mask_not_over_rows": (
+        r"(pred\[8,256,\d+\]\S* broadcast\(%mask[.\d]*\)), dimensions=\{0,1\}",
+        r"\1, dimensions={0,2}",
+    ),
+    "rows_per_expert": (
+        r"(broadcast\(%(?:activations|kernel)[.\d]*\)), dimensions=\{1,2\}",
+        r"\1, dimensions={0,1,2}",
+    ),
+}
+
+
+@pytest.mark.parametrize("edit", NOT_BY_GROUP, ids=list(NOT_BY_GROUP))
+def test_a_masked_product_not_split_by_group_counts_whole(edit):
+    pattern, replacement = NOT_BY_GROUP[edit]
+    hlo, edits = re.subn(
+        pattern, replacement, (FIXTURES / "tpu_moe_layer_libtpu_0_0_42.hlo").read_text()
+    )
+    assert edits == 6  # both operands of each of the 3 convolutions
+    count = hlo_flops(hlo)
+    assert count.work == BY_HAND + 3 * (E - 1) * EXPERT_PRODUCT
 
 
 def test_a_ragged_dot_and_mosaic_calls_count_their_work():

@@ -231,7 +231,7 @@ class _Counter:
                 groups = ragged_work.ragged_dot_groups(computation, instruction)
                 tally.add_op("ragged_dot", _dot_flops(computation, instruction), groups)
             elif opcode == "convolution":
-                groups = ragged_work.expanded_ragged_groups(instruction)
+                groups = ragged_work.expanded_ragged_groups(self.module, computation, instruction)
                 tally.add_op("convolution", _convolution_flops(computation, instruction), groups)
             elif opcode == "custom-call":
                 self._custom_call(computation, instruction, tally)
