@@ -177,3 +177,20 @@ def test_superseded_records_leave_the_fit_unless_the_user_names_them(capsys):
     flagged = compare(capsys, *pair, "--with-superseded")
     assert plain["noise"]["process"] < flagged["noise"]["process"]
     assert "--with-superseded judges it at the noise of its time" in plain["noise"]["source"]
+
+
+def test_a_record_rewritten_in_place_is_read_again(tmp_path):
+    """history_records.parse keeps each file's parse while the file stays as it was: a
+    record changed under the same name is read anew, one that stops being a record leaves."""
+    source = REPO / "results/runs/20261207T084715Z-small-aa1-tpu-v5e-8a5f874/step.json"
+    copy = tmp_path / "step.json"
+    record = json.loads(source.read_text())
+    copy.write_text(json.dumps(record))
+    first = history_records.parse([copy])
+    assert [r["rows"][0]["ms_per_step"] for _, r in first] == [record["rows"][0]["ms_per_step"]]
+    record["rows"][0]["ms_per_step"] *= 2
+    copy.write_text(json.dumps(record))
+    again = history_records.parse([copy])
+    assert again[0][1]["rows"][0]["ms_per_step"] == record["rows"][0]["ms_per_step"]
+    copy.write_text(json.dumps({**record, "kind": "not a kind"}))
+    assert history_records.parse([copy]) == []

@@ -36,6 +36,7 @@ scipy is imported inside the functions that test: every case's process imports t
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Sequence
 
@@ -94,6 +95,7 @@ def side(figures: Sequence[float]) -> Side:
     return Side(float(logs.mean()), var, int(logs.size))
 
 
+@functools.lru_cache(maxsize=65536)  # the same quantiles recur across rows and pairs
 def _t(q: float, df: float) -> float:
     from scipy import stats as scipy_stats
 

@@ -229,7 +229,11 @@ def fit_group(members: Sequence[tuple[str, dict]], fit: KindFit) -> None:
 
 
 def _weighted(values: list[float], weights: list[float]) -> float:
-    return float(np.average(values, weights=weights))
+    # plain Python: called per cell of every group, where numpy's setup cost dominates
+    total = math.fsum(weights)
+    if not total:
+        raise ZeroDivisionError("weights sum to zero")
+    return math.fsum(v * w for v, w in zip(values, weights, strict=True)) / total
 
 
 def fit(records: Sequence[tuple[str, dict]], left_out_paths: Collection[str] = ()) -> dict:

@@ -10,6 +10,7 @@ what this reads; dew.bench.analysis.levels.history_scope chooses which files it 
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Iterable
@@ -53,25 +54,55 @@ def read_paths(paths: Iterable[Path], exclude: Iterable[Path] = ()) -> list[tupl
     return leave_out(parse(paths), exclude)[0]
 
 
+# A file's parse, kept while its size and modification time stay: a calibration or a test
+# reads the same few hundred records once per pair it compares. Read only, never changed.
+_PARSED: dict[Path, tuple[tuple[int, int], tuple[str, dict] | None]] = {}
+
+
+def resolved(path: Path) -> Path:
+    """`path` with its links and `..` resolved, once per absolute path a process meets (a
+    relative one each time: the working directory can change)."""
+    path = Path(path)
+    return _resolved(path) if path.is_absolute() else path.resolve()
+
+
+@functools.lru_cache(maxsize=65536)
+def _resolved(path: Path) -> Path:
+    return path.resolve()
+
+
 def parse(paths: Iterable[Path]) -> list[tuple[str, dict]]:
     """The records among `paths`, each named by its path from the repository's root."""
     found = []
     for path in paths:
         try:
-            record = json.loads(path.read_text())
-        except (OSError, ValueError):
+            stat = path.stat()
+        except OSError:
             continue
-        if not isinstance(record, dict) or record.get("kind") not in KINDS:
-            continue
-        if not isinstance(record.get("rows"), list) or "environment" not in record:
-            continue
-        code = record["environment"].get("code") or {}
-        if code.get("dirty") and not code.get("diff_sha256"):
-            continue  # a dirty tree of unknown content: no A/A pair of anything
-        shown = path.resolve()  # from the repository's root where it lies inside
-        found.append((str(shown.relative_to(RESULTS_ROOT) if shown.is_relative_to(RESULTS_ROOT)
-                          else shown), record))  # fmt: skip
+        where, stamp = resolved(path), (stat.st_mtime_ns, stat.st_size)
+        kept = _PARSED.get(where)
+        if kept is None or kept[0] != stamp:
+            kept = _PARSED[where] = (stamp, _parse_one(path, where))
+        if kept[1] is not None:
+            found.append(kept[1])
     return found
+
+
+def _parse_one(path: Path, where: Path) -> tuple[str, dict] | None:
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or record.get("kind") not in KINDS:
+        return None
+    if not isinstance(record.get("rows"), list) or "environment" not in record:
+        return None
+    code = record["environment"].get("code") or {}
+    if code.get("dirty") and not code.get("diff_sha256"):
+        return None  # a dirty tree of unknown content: no A/A pair of anything
+    # named from the repository's root where it lies inside
+    shown = where.relative_to(RESULTS_ROOT) if where.is_relative_to(RESULTS_ROOT) else where
+    return str(shown), record
 
 
 def leave_out(records: list[tuple[str, dict]], exclude: Iterable[Path] = ()
@@ -79,11 +110,11 @@ def leave_out(records: list[tuple[str, dict]], exclude: Iterable[Path] = ()
     """(the history: `records` less the files `exclude` names and their copies, each once;
     the copies' paths). A copy is a record whose every figure a left-out one holds (an A/B
     side's rounds, a byte copy): the same measurement, never its own noise."""
-    skip = {Path(p).resolve() for p in exclude}
+    skip = {resolved(Path(p)) for p in exclude}
     theirs = [held(record) for _, record in parse(skip)]
     kept, copies = [], []
     for path, record in records:
-        if (RESULTS_ROOT / path).resolve() in skip:
+        if resolved(RESULTS_ROOT / path) in skip:
             continue
         mine = held(record)
         if mine and any(mine <= figures for figures in theirs):

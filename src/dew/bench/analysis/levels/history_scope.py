@@ -68,10 +68,11 @@ def split_committed(results: Path) -> tuple[list[Path] | None, list, list]:
     parsed = history_records.parse(history_records.walk(results))
     if tracked is None:
         return None, parsed, []
-    mine = {p.resolve() for p in tracked}
+    mine = {history_records.resolved(p) for p in tracked}
     root = history_records.RESULTS_ROOT
-    inside = [(p, r) for p, r in parsed if (root / p).resolve() in mine]
-    return tracked, inside, [(p, r) for p, r in parsed if (root / p).resolve() not in mine]
+    tracks = [history_records.resolved(root / p) in mine for p, _ in parsed]
+    inside = [found for found, tracked_too in zip(parsed, tracks, strict=True) if tracked_too]
+    return tracked, inside, [found for found, yes in zip(parsed, tracks, strict=True) if not yes]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,7 +154,7 @@ def kinds_table(history_dir: Path | None = None, exclude: Iterable[Path] = (), *
         parsed = history_records.parse(history_records.walk(Path(history_dir)))
     uncommitted = [p for p, _ in history_records.leave_out(others, exclude)[0]]
     records, copies = history_records.leave_out(parsed, exclude)
-    compared = {p.resolve() for p in exclude}
+    compared = {history_records.resolved(p) for p in exclude}
     left = LeftOut(
         history=(f"the records under {history_dir}" if history_dir is not None
                  else "the committed records under results/" if tracked is not None
