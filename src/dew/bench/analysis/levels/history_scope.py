@@ -23,6 +23,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from dew.bench.analysis.levels import fit, history_records
+from dew.bench.analysis.levels.history_records import resolved
 from dew.bench.common import cli
 from dew.bench.record.schema.documents import Superseded
 
@@ -68,11 +69,12 @@ def split_committed(results: Path) -> tuple[list[Path] | None, list, list]:
     parsed = history_records.parse(history_records.walk(results))
     if tracked is None:
         return None, parsed, []
-    mine = {history_records.resolved(p) for p in tracked}
+    mine = {resolved(p) for p in tracked}
     root = history_records.RESULTS_ROOT
-    tracks = [history_records.resolved(root / p) in mine for p, _ in parsed]
-    inside = [found for found, tracked_too in zip(parsed, tracks, strict=True) if tracked_too]
-    return tracked, inside, [found for found, yes in zip(parsed, tracks, strict=True) if not yes]
+    inside, outside = [], []
+    for found in parsed:
+        (inside if resolved(root / found[0]) in mine else outside).append(found)
+    return tracked, inside, outside
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,7 +156,7 @@ def kinds_table(history_dir: Path | None = None, exclude: Iterable[Path] = (), *
         parsed = history_records.parse(history_records.walk(Path(history_dir)))
     uncommitted = [p for p, _ in history_records.leave_out(others, exclude)[0]]
     records, copies = history_records.leave_out(parsed, exclude)
-    compared = {history_records.resolved(p) for p in exclude}
+    compared = {resolved(p) for p in exclude}
     left = LeftOut(
         history=(f"the records under {history_dir}" if history_dir is not None
                  else "the committed records under results/" if tracked is not None
@@ -163,12 +165,12 @@ def kinds_table(history_dir: Path | None = None, exclude: Iterable[Path] = (), *
         listed=_listed(records, listed), with_superseded=with_superseded,
         compared_superseded=tuple((str(p), name) for p in exclude
                                   for path, name in listed.records.items()
-                                  if (root / path).resolve() == p.resolve()),
+                                  if resolved(root / path) == resolved(p)),
         uncommitted=tuple(uncommitted),
     )  # fmt: skip
     if cache and history_dir is None and tracked is None and not with_superseded:
         cached = fit.read_table()
-        held = [*compared, *((root / p).resolve() for p in copies)]
+        held = [*compared, *(resolved(root / p) for p in copies)]
         if cached is not None and "kinds" in cached and not _holds(cached["kinds"], held, root):
             table = Kinds(cached["kinds"])
             table.left_out = dataclasses.replace(left, history="results/noise.json")
@@ -191,6 +193,6 @@ def _listed(records: Sequence[tuple[str, dict]], listed: Superseded) -> dict:
 
 def _holds(kinds: dict, paths: Sequence[Path], root: Path) -> bool:
     """Whether a fitted table's groups hold any of `paths` (by the file, however named)."""
-    mine = {p.resolve() for p in paths}
-    return any((root / member).resolve() in mine for entry in kinds.values()
+    mine = {resolved(p) for p in paths}
+    return any(resolved(root / member) in mine for entry in kinds.values()
                for group in entry.get("groups", ()) for member in group)  # fmt: skip
