@@ -4,10 +4,12 @@ ran during a timed window."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from dew.bench.record.schema import read_run
-from dew.bench.runtime.phases import COMPILING, occupancy, of_rows, overlaps
+from dew.bench.runtime.phases import COMPILING, PhaseClock, cpu_totals, occupancy, of_rows, overlaps
 from dew.bench.sweep import run as step
 from dew.bench.sweep.presets import Case
 from dew.bench.sweep.settings import Options
@@ -58,6 +60,9 @@ def test_cases_compile_in_parallel_and_no_compile_overlaps_a_timed_window(tmp_pa
         assert row.compile_s == pytest.approx(
             next(p.seconds for p in row.repeats[0].phases if p.name == "compile"), abs=0.01
         )
+    # Each compile kept its process's CPU seconds: a real XLA compile's work, every thread's.
+    assert all(p.cpu_seconds is not None and p.cpu_seconds > 0.05 for p in compiles)
+    assert all(p.cpu_seconds <= p.seconds * os.cpu_count() + 0.05 for p in compiles)
     assert read_run(out).rows == record.rows
     # The wall clock, split: two cases were built at once, the three timed one at a time.
     spent = occupancy(record.rows)
@@ -106,3 +111,37 @@ def test_a_round_splits_into_even_waves_and_one_job_times_each_case_as_it_compil
     assert wave_size(2 * WAVE_PER_JOB, 2) == 2 * WAVE_PER_JOB
     assert wave_size(3, 2) == 3
     assert wave_size(18, 1) == 1
+
+
+def test_a_phase_keeps_the_cpu_it_used_and_the_totals_only_where_every_phase_kept_it():
+    clock = PhaseClock()
+    with clock.phase("compile"):
+        sum(i * i for i in range(2_000_000))  # CPU work
+    with clock.phase("timed"):
+        import time
+
+        time.sleep(0.2)  # wall clock, no CPU
+    clock.add("deserialize", 0.0, 1.0)  # a load in a thread: its CPU is not its own
+    clock.add("compile", 0.0, 1.0, 0.5)
+    busy, idle, _, _ = clock.phases
+    assert busy.cpu_seconds > 0.02 and busy.cpu_seconds <= busy.seconds + 0.01
+    assert idle.cpu_seconds < 0.05 and idle.seconds >= 0.2
+    totals = cpu_totals(clock.phases)
+    assert set(totals) == {"compile", "timed"}  # none for the load
+    assert totals["compile"] == pytest.approx(busy.cpu_seconds + 0.5)
+
+
+def test_the_phases_line_names_cpu_seconds_beside_a_phase_whose_every_one_kept_them():
+    from dew.bench.analysis.tables import phase_totals
+    from dew.bench.record.schema import Phase, StepRepeat, StepRow
+
+    phases = [
+        Phase(name="compile", start=10.0, seconds=100.0, cpu_seconds=250.0),
+        Phase(name="deserialize", start=110.0, seconds=5.0),
+        Phase(name="timed", start=115.0, seconds=2.0, cpu_seconds=1.5),
+    ]
+    repeat = StepRepeat(ms_per_step=1.0, synced_ms=[1.0], phases=phases)
+    row = StepRow(architecture="unet", status="ok", repeats=[repeat])
+    line = phase_totals([row])
+    assert "compile 100.0 (CPU 250.0)" in line and "timed 2.0 (CPU 1.5)" in line
+    assert "deserialize 5.0;" in line and "wall 107.0" in line

@@ -352,16 +352,20 @@ def data_table(rows: Sequence[DataRow], fmt: str = "tsv") -> str:
 
 def phase_totals(rows: Sequence[StepRow], fmt: str = "tsv") -> str:
     """The line under the step table: where the sweep's time went, summed over its rows'
-    processes (dew.bench.runtime.phases), and the wall time from the first process start to the
-    last phase's end. Empty when no row has phases (records before schema 3)."""
-    from dew.bench.runtime.phases import of_rows, totals
+    processes (dew.bench.runtime.phases), each phase's CPU seconds beside it where every one
+    of its kind kept them, and the wall time from the first process start to the last
+    phase's end. Empty when no row has phases (records before schema 3)."""
+    from dew.bench.runtime.phases import cpu_totals, of_rows, totals
 
     phases = of_rows(rows)
     if not phases:
         return ""
-    sums = totals(phases)
+    sums, cpu = totals(phases), cpu_totals(phases)
     wall = max(p.start + p.seconds for p in phases) - min(p.start for p in phases)
-    parts = ", ".join(f"{name} {seconds:.1f}" for name, seconds in sums.items())
+    parts = ", ".join(
+        f"{name} {seconds:.1f}" + (f" (CPU {cpu[name]:.1f})" if name in cpu else "")
+        for name, seconds in sums.items()
+    )
     text = (
         f"phases (s, summed over {len(rows)} rows' processes): {parts}; "
         f"sum {sum(sums.values()):.1f}; wall {wall:.1f} from the first process start"

@@ -26,15 +26,22 @@ class PhaseClock:
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        """Time the block as phase `name`; a block that raises is still recorded."""
-        began, start = time.time(), time.perf_counter()
+        """Time the block as phase `name`, its wall clock and the process's CPU time (every
+        thread's: an XLA compile runs passes in threads of its own); a block that raises is
+        still recorded."""
+        began, start, cpu = time.time(), time.perf_counter(), time.process_time()
         try:
             yield
         finally:
-            self.add(name, began, time.perf_counter() - start)
+            self.add(name, began, time.perf_counter() - start, time.process_time() - cpu)
 
-    def add(self, name: str, began: float, seconds: float) -> None:
-        self.phases.append(Phase(name=name, start=round(began, 3), seconds=round(seconds, 3)))
+    def add(self, name: str, began: float, seconds: float, cpu: float | None = None) -> None:
+        """A phase timed elsewhere; `cpu` None where its process ran other work beside it."""
+        cpu_seconds = None if cpu is None else round(max(cpu, 0.0), 3)
+        self.phases.append(
+            Phase(name=name, start=round(began, 3), seconds=round(seconds, 3),
+                  cpu_seconds=cpu_seconds)
+        )  # fmt: skip
 
     def dump(self) -> list[dict]:
         return [phase.model_dump() for phase in self.phases]
@@ -53,6 +60,17 @@ def totals(phases: Iterable[Phase]) -> dict[str, float]:
     for phase in phases:
         sums[phase.name] = sums.get(phase.name, 0.0) + phase.seconds
     return {name: sums[name] for name in PHASES if name in sums}
+
+
+def cpu_totals(phases: Iterable[Phase]) -> dict[str, float]:
+    """CPU seconds per phase name, for the names whose every phase kept them (records
+    before the field, and a holder's loads in threads, keep none)."""
+    sums: dict[str, float | None] = {}
+    for phase in phases:
+        known = sums.get(phase.name, 0.0)
+        cpu = phase.cpu_seconds
+        sums[phase.name] = None if known is None or cpu is None else known + cpu
+    return {name: value for name, value in sums.items() if value is not None}
 
 
 COMPILING = ("trace_lower", "compile", "init")  # may run XLA (init jits the initial state)

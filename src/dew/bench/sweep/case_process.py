@@ -267,7 +267,7 @@ def child_main(job: dict[str, Any], connection, output: str) -> None:
     # warmup or a timed window.
     gc.disable()
     clock = PhaseClock()
-    clock.add("imports", job["spawned"], time.time() - job["spawned"])
+    clock.add("imports", job["spawned"], time.time() - job["spawned"], time.process_time())
     written = os.open(output, os.O_WRONLY | os.O_APPEND)
     os.dup2(written, 1)
     os.dup2(written, 2)

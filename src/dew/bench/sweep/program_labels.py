@@ -66,10 +66,10 @@ def compile_and_label(compile_: Callable[[], tuple[Any, float, float | None]], f
     unless it came from the persistent cache: dew.train.trainer.compile_timed), its time on
     `clock` as "compile" (or "load"), its seconds and the program's labels on `figures`:
     how every step the benchmark times is compiled. Returns the executable."""
-    began, start = time.time(), time.perf_counter()
+    began, start, cpu = time.time(), time.perf_counter(), time.process_time()
     compiled, figures.compile_s, figures.load_s = compile_()
-    seconds = time.perf_counter() - start
-    clock.add("compile" if figures.load_s is None else "load", began, seconds)
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+    clock.add("compile" if figures.load_s is None else "load", began, seconds, cpu)
     with clock.phase("flop_count"):
         for name, value in program_labels(compiled).items():
             setattr(figures, name, value)

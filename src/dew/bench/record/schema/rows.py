@@ -54,6 +54,12 @@ class Phase(Record):
     name: Literal[PHASES]  # type: ignore[valid-type]
     start: NonNegFloat = Field(description="Unix time (s) when the phase began")
     seconds: NonNegFloat
+    cpu_seconds: NonNegFloat | None = Field(
+        default=None,
+        description="the process's CPU time over the phase, every thread's (process_time): "
+        "cpu_seconds / seconds is the cores it used; null where the phase shares its "
+        "process's CPU with others running beside it (a chip holder's loads, in threads)",
+    )
 
 
 class Fingerprint(Record):

@@ -43,7 +43,7 @@ def main() -> None:
     if work is None:  # the run has gone
         return
     clock = PhaseClock()
-    clock.add("imports", work.spawned, time.time() - work.spawned)
+    clock.add("imports", work.spawned, time.time() - work.spawned, time.process_time())
     case, options = work.case, work.options
     kept = kept_programs.cache_dir(options) if not options.compile_only else None
     digest = kept_programs.key(case, options, work.topology) if kept else None
@@ -86,9 +86,9 @@ def compiled(case: Case, options: Options, topology: str, folder: str, clock) ->
 def loaded(entry, clock: PhaseClock) -> Compiled:
     """An earlier run's program of the same key: its compile's figures (compile_s the
     original's, load_s the read), "load" in the phases, the holder pointed at it."""
-    began, start = time.time(), time.perf_counter()
+    began, start, cpu = time.time(), time.perf_counter(), time.process_time()
     kept = Compiled(**kept_programs.read(entry))
     seconds = time.perf_counter() - start
-    clock.add("load", began, seconds)
+    clock.add("load", began, seconds, time.process_time() - cpu)
     figures = dataclasses.replace(kept.figures, load_s=seconds)
     return dataclasses.replace(kept, figures=figures, phases=clock.phases, folder=str(entry))
