@@ -46,6 +46,7 @@ from dew import platforms
 from dew.bench.analysis.levels.row_noise import median_variance
 from dew.bench.analysis.stats import CONFIDENCE
 from dew.bench.analysis.tables import level
+from dew.bench.analysis.tails import norm_ppf, t_ppf, t_sf
 
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "REPRODUCED", "NOT REPRODUCED", "INCONCLUSIVE"
 EXIT_CODES = {REPRODUCED: 0, NOT_REPRODUCED: 1, INCONCLUSIVE: 3}  # 2: bad input
@@ -63,11 +64,8 @@ def band_for(platform: str | None) -> float:
 
 
 def _t(q: float, df):
-    from scipy import stats as scipy_stats
-
     df = np.asarray(df, dtype=float)
-    return np.where(np.isfinite(df), scipy_stats.t.ppf(q, np.where(np.isfinite(df), df, 1.0)),
-                    scipy_stats.norm.ppf(q))  # fmt: skip
+    return np.where(np.isfinite(df), t_ppf(q, np.where(np.isfinite(df), df, 1.0)), norm_ppf(q))
 
 
 def welch(*parts) -> tuple[np.ndarray, np.ndarray]:
@@ -100,8 +98,6 @@ def _test(estimate, var, df, down=0.0, up=0.0):
     `up` (>= 0, may be inf) bound a bias the noise does not hold (a busy host: the truth may
     lie that much lower or higher): the interval is widened by them and p is taken at the
     estimate moved that far toward 0."""
-    from scipy import stats as scipy_stats
-
     se = np.sqrt(var)
     half = np.where(se > 0, _t(0.5 + CONFIDENCE / 2, df) * se, 0.0)
     with np.errstate(invalid="ignore"):
@@ -110,7 +106,7 @@ def _test(estimate, var, df, down=0.0, up=0.0):
     with np.errstate(invalid="ignore", divide="ignore"):
         p = np.where(
             se > 0,
-            2 * scipy_stats.t.sf(np.abs(nearest) / se, np.where(np.isfinite(df), df, 1e9)),
+            2 * t_sf(np.abs(nearest) / se, np.where(np.isfinite(df), df, 1e9)),
             # No noise at all (a history whose every level is 0): the change is exact.
             np.where(nearest == 0, 1.0, 0.0),
         )
@@ -324,14 +320,13 @@ def repeats_to_show(process_var: float, run_var: float, run_df: float, shift_var
     EQUIVALENCE interval inside the band with 80% power (the interval's half-width and
     the 80% quantile of |d| under it); None beyond `most` or below the smallest band."""
     limit = math.log1p(band)
-    for n in range(2, most + 1):
-        process_df = n - 1 if paired else 2 * (n - 1)
-        var, df = welch((2 * process_var / n, process_df), (2 * run_var, run_df),
-                        (2 * shift_var, shift_df))  # fmt: skip
-        t = float(_t(0.5 + EQUIVALENCE / 2, df) + _t(0.90, df))
-        if t * math.sqrt(float(var)) <= limit:
-            return n
-    return None
+    n = np.arange(2, most + 1)  # every count at once: a compare asks this of each row
+    process_df = n - 1 if paired else 2 * (n - 1)
+    var, df = welch((2 * process_var / n, process_df), (2 * run_var, run_df),
+                    (2 * shift_var, shift_df))  # fmt: skip
+    t = _t(0.5 + EQUIVALENCE / 2, df) + _t(0.90, df)
+    shown = np.flatnonzero(t * np.sqrt(var) <= limit)
+    return int(n[shown[0]]) if shown.size else None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,6 +22,7 @@ import math
 import numpy as np
 
 from dew.bench.analysis.levels import row_noise
+from dew.bench.analysis.tails import t_sf
 
 ALPHA = 0.01  # the chance, over a whole comparison, of naming a repeat of an ordinary run
 MIN_REPEATS = 3  # a side of two cannot say which of its repeats is the odd one
@@ -63,9 +64,7 @@ def scores(logs, other) -> tuple[np.ndarray, np.ndarray]:
 
 
 def p_values(t, df) -> np.ndarray:
-    from scipy import stats as scipy_stats
-
-    return 2 * scipy_stats.t.sf(np.abs(t), np.where(np.isfinite(df), df, 1e9))
+    return 2 * t_sf(np.abs(t), np.where(np.isfinite(df), df, 1e9))
 
 
 def find(rows) -> list[Outlier]:

@@ -29,8 +29,8 @@ warnings, never a second resampling of what the repeat figures already hold.
   logs of the per-round ratios (the run level cancels within a round), computed by
   dew.bench.analysis.judge.paired_arrays.
 
-scipy is imported inside the functions that test: every case's process imports this module
-(through dew.bench.analysis.repeats) and would pay 0.66 s for nothing.
+scipy is imported inside the functions that test (`tails`): every case's process
+imports this module (through dew.bench.analysis.repeats) and would pay for it for nothing.
 """
 
 from __future__ import annotations
@@ -41,6 +41,8 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+
+from dew.bench.analysis.tails import norm_ppf, t_ppf, t_sf
 
 CONFIDENCE = 0.95
 POWER = 0.80  # of a detectable effect
@@ -97,9 +99,7 @@ def side(figures: Sequence[float]) -> Side:
 
 @functools.lru_cache(maxsize=65536)  # the same quantiles recur across rows and pairs
 def _t(q: float, df: float) -> float:
-    from scipy import stats as scipy_stats
-
-    return float(scipy_stats.t.ppf(q, df)) if math.isfinite(df) else float(scipy_stats.norm.ppf(q))
+    return float(t_ppf(q, df)) if math.isfinite(df) else float(norm_ppf(q))
 
 
 def row_interval(figures: Sequence[float]) -> tuple[float, float] | None:
@@ -139,8 +139,6 @@ def differences(
     """The comparisons of many rows at once (arrays; a variance is NaN with one repeat):
     log ratio `d`, `se`, `df`, interval `low`/`high` (log scale) and two-sided `p` (NaN
     without spread). The one implementation behind `compare_sides` and the calibration."""
-    from scipy import stats as scipy_stats
-
     run_mean, run_var, run_n, ref_mean, ref_var, ref_n = np.broadcast_arrays(
         *(np.asarray(x, dtype=float) for x in (run_mean, run_var, run_n, ref_mean, ref_var,
                                                ref_n))
@@ -167,8 +165,8 @@ def differences(
         df = np.where(denominator > 0, var**2 / denominator, np.inf)
         se = np.sqrt(var)
         d = run_mean - ref_mean
-        half = scipy_stats.t.ppf(0.5 + CONFIDENCE / 2, df) * se
-        p = np.where(se > 0, 2 * scipy_stats.t.sf(np.abs(d) / se, df), np.nan)
+        half = t_ppf(0.5 + CONFIDENCE / 2, df) * se
+        p = np.where(se > 0, 2 * t_sf(np.abs(d) / se, df), np.nan)
     half = np.where(se > 0, half, 0.0)
     return {"d": d, "se": se, "df": df, "low": d - half, "high": d + half, "p": p}
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from dew.bench.analysis.tails import f_sf
+
 PRIOR_DF = 20.0  # what the noise's process level is worth against a row's own repeats
 DRIFT_ALPHA = 0.05  # repeats this improbably noisy under their prior move it (moderated)
 WEAK_DF = 2.0  # a prior of no more df is a stated guess (a platform's, an unseen row's)
@@ -29,8 +31,6 @@ def moderated(run_var, run_n, ref_var, ref_n, prior: float, prior_df: float):
     much (today's level over the history's, from all the rows' degrees of freedom); where
     one row's repeats are still noisier than its scaled prior, that row's repeats stand
     alone. A prior may widen what the repeats show, never narrow it."""
-    from scipy import stats as scipy_stats
-
     run_n, ref_n = np.asarray(run_n, dtype=float), np.asarray(ref_n, dtype=float)
     ss = np.where(run_n > 1, np.nan_to_num(np.asarray(run_var, dtype=float)) * (run_n - 1), 0.0)
     ss = ss + np.where(ref_n > 1, np.nan_to_num(np.asarray(ref_var, dtype=float)) * (ref_n - 1),
@@ -48,11 +48,11 @@ def moderated(run_var, run_n, ref_var, ref_n, prior: float, prior_df: float):
         own_sum = np.where(known, own, 0.0).sum(axis=-1, keepdims=True)
         pooled = ratio.sum(axis=-1, keepdims=True) / np.maximum(own_sum, 1)
         prior_sum = np.where(known, d0, 0.0).sum(axis=-1, keepdims=True)
-        tail = scipy_stats.f.sf(pooled, np.maximum(own_sum, 1), np.maximum(prior_sum, 1))
+        tail = f_sf(pooled, np.maximum(own_sum, 1), np.maximum(prior_sum, 1))
         drifted = (own_sum > 0) & (tail < DRIFT_ALPHA)
         prior_var = prior_var * np.where(drifted, np.maximum(pooled, 1.0), 1.0)
         row_ratio = np.where(used, ss / np.maximum(own, 1) / np.where(used, prior_var, 1.0), 0.0)
-        noisier = used & (scipy_stats.f.sf(row_ratio, np.maximum(own, 1), np.maximum(d0, 1e-9))
+        noisier = used & (f_sf(row_ratio, np.maximum(own, 1), np.maximum(d0, 1e-9))
                           < DRIFT_ALPHA)  # fmt: skip
         d0 = np.where(noisier, 0.0, d0)
         var = np.where(d0 + own > 0, (d0 * prior_var + ss) / (d0 + own), 0.0)
