@@ -74,3 +74,41 @@ def test_a_parity_marker_names_its_dirty_run_not_its_clean_reference(tmp_path, c
     err = capsys.readouterr().err
     assert "results/runs/run/step.json was made on a dirty tree" in err
     assert "results/published/ref.json" not in err
+
+
+# --- a TPU record's rounds (`chip-rounds RECORD`) -----------------------------------------
+
+CHIP_KEPT = "results/runs/20261207T122611Z-small-small2-tpu-v5e-a1819e0/step.json"
+
+
+def test_a_chip_record_s_rounds_add_up_to_their_wall_clock():
+    from dew.bench.runtime.phases import chip_rounds
+
+    rounds = chip_rounds(read_run(ROOT / CHIP_KEPT).rows)
+    assert [(r.number, r.cases) for r in rounds] == [(1, 18), (2, 18), (3, 18)]
+    for r in rounds:  # one holder a round: its opening, the loads, then each case in turn
+        assert 0 < r.open_s < r.load_s < r.timed_s < r.wall_s
+        assert r.open_s + r.load_s + r.init_s + r.timed_s <= r.wall_s + 0.01
+        assert r.wall_s - (r.open_s + r.load_s + r.init_s + r.timed_s) < 0.1 * r.wall_s
+
+
+def test_a_chip_rounds_marker_renders_them_and_refuses_a_record_without_a_chip(tmp_path):
+    import pytest
+
+    from dew.bench.common.cli import UsageError
+
+    (tmp_path / "pyproject.toml").write_text("")
+    chip = tmp_path / "results" / "runs" / "chip" / "step.json"
+    write_run(chip, read_run(ROOT / CHIP_KEPT))
+    write_run(tmp_path / "results" / "runs" / "gpu" / "step.json", record(False))
+    page = tmp_path / "page.md"
+    page.write_text("<!-- dew-table: chip-rounds results/runs/chip/step.json -->\n"
+                    "<!-- /dew-table -->\n")  # fmt: skip
+    assert docs.main([str(page)]) == 0
+    lines = page.read_text().splitlines()
+    assert lines[1] == "| round | cases | open s | load s | init s | timed s | round s |"
+    assert len(lines) == 2 + 2 + 3 and lines[3].startswith("| 1 | 18 | 7.6 | 37.3 | ")
+    page.write_text("<!-- dew-table: chip-rounds results/runs/gpu/step.json -->\n"
+                    "<!-- /dew-table -->\n")  # fmt: skip
+    with pytest.raises(UsageError, match="has no held-chip round"):
+        docs.regenerate(page)

@@ -373,6 +373,23 @@ def phase_totals(rows: Sequence[StepRow], fmt: str = "tsv") -> str:
     return f"# {text}\n" if fmt == "tsv" else f"\n{text}\n"
 
 
+CHIP_ROUND_HEADERS = ["round", "cases", "open s", "load s", "init s", "timed s", "round s"]
+
+
+def chip_rounds_table(rows: Sequence[StepRow], fmt: str = "tsv") -> str:
+    """Each held-chip round of a record (dew.bench.runtime.phases.chip_rounds): the chip's
+    opening, the programs' loads side by side (their wall clock), the states put on the
+    chip and the windows (summed over the cases), and the round's wall clock."""
+    from dew.bench.runtime.phases import chip_rounds
+
+    body = [
+        [str(r.number), str(r.cases), num(r.open_s), num(r.load_s), num(r.init_s),
+         num(r.timed_s), num(r.wall_s)]
+        for r in chip_rounds(rows)
+    ]  # fmt: skip
+    return table(CHIP_ROUND_HEADERS, body, fmt)
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]], fmt: str = "tsv") -> str:
     """Render a table; a short row (a failed one) leaves its last cell to span the rest."""
     if fmt not in FORMATS:

@@ -12,6 +12,7 @@ the wall-clock starts show that no compile ran while another case was timed
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import Iterable, Iterator, Sequence
 
@@ -91,6 +92,48 @@ def overlaps(phases: Sequence[Phase]) -> list[tuple[Phase, Phase]]:
 
 
 TIMING = ("warmup", "timed", "gpu_window", "profile")  # a case's turn alone on the host
+
+
+@dataclasses.dataclass(frozen=True)
+class ChipRound:
+    """One round of the held-chip path (dew.bench.sweep.chip): the process that held the
+    chip for it, from its opening to its last timed window."""
+
+    number: int  # 1-based: the repeat it made of every case
+    cases: int
+    open_s: float  # jax.devices() in the holder
+    load_s: float | None  # the programs loaded side by side: first load's start to last's end
+    init_s: float  # the cases' states and batches put on the chip, summed
+    timed_s: float  # warmups and timed windows, summed
+    wall_s: float  # the opening's start to the last timed window's end
+
+
+def chip_rounds(rows: Iterable[StepRow]) -> list[ChipRound]:
+    """The record's held-chip rounds, one per repeat number that has an `open` phase (the
+    holder's): what each round's wall clock went to. Empty for a record of another path."""
+    by_round: dict[int, list[Phase]] = {}
+    cases: dict[int, int] = {}
+    for row in rows:
+        for number, repeat in enumerate(row.repeats or [], start=1):
+            by_round.setdefault(number, []).extend(repeat.phases or [])
+            cases[number] = cases.get(number, 0) + 1
+    rounds = []
+    for number, phases in sorted(by_round.items()):
+        opened = [p for p in phases if p.name == "open"]
+        if not opened:
+            continue
+        start = min(p.start for p in opened)
+        loads = [p for p in phases if p.name == "deserialize"]
+        turns = [p for p in phases if p.name in TIMING]
+        end = max((p.start + p.seconds for p in turns), default=start)
+        rounds.append(ChipRound(
+            number, cases[number], sum(p.seconds for p in opened),
+            _span(sorted(loads, key=lambda p: p.start))[1] - min(p.start for p in loads)
+            if loads else None,
+            sum(p.seconds for p in phases if p.name == "init"),
+            sum(p.seconds for p in turns), end - start,
+        ))  # fmt: skip
+    return rounds
 
 
 def occupancy(rows: Iterable[StepRow]) -> dict[str, float]:

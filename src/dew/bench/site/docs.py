@@ -10,10 +10,11 @@ it comes from; everything between them is this command's output:
 
 Kinds: `KIND RECORD` for a record of a benchmark kind, its table
 (dew.bench.analysis.kinds: `step RECORD`, the step tool's, a compile-only record with its
-columns; `data RECORD`, the loader tool's), and `parity RUN REFERENCE` (the parity table
+columns; `data RECORD`, the loader tool's), `parity RUN REFERENCE` (the parity table
 that `python -m dew.bench.analysis.compare_command RUN REFERENCE` prints for a compile-only
-run). Paths are relative to the repository root (the directory holding pyproject.toml above
-the file).
+run) and `chip-rounds RECORD` (a TPU record's rounds: the chip's opening, the programs'
+loads, init, the windows, each round's wall clock). Paths are relative to the repository
+root (the directory holding pyproject.toml above the file).
 
 A figure in the docs must come from a clean commit: a record made on a dirty tree
 (`environment.code.dirty` true: its change is in no commit, and `nox -s reproduce` refuses
@@ -81,6 +82,13 @@ def _table(kind: str, spec: str, paths: list[str], records: list, where: str) ->
         if record.kind != kind:
             raise UsageError(f"{where}: {paths[0]} is a {record.kind} record, not a {kind} one")
         return KINDS[kind].table(record, "md")
+    if kind == "chip-rounds" and len(records) == 1:
+        from dew.bench.analysis.tables import chip_rounds_table
+        from dew.bench.runtime.phases import chip_rounds
+
+        if not chip_rounds(records[0].rows):
+            raise UsageError(f"{where}: {paths[0]} has no held-chip round (no `open` phase)")
+        return chip_rounds_table(records[0].rows, "md")
     if kind == "parity" and len(records) == 2:
         from dew.bench.analysis import parity
 
@@ -90,7 +98,7 @@ def _table(kind: str, spec: str, paths: list[str], records: list, where: str) ->
     raise UsageError(
         f"{where}: {spec!r} is not a table spec; use "
         + ", ".join(f"`{name} RECORD`" for name in KINDS)
-        + " or `parity RUN REFERENCE`"
+        + ", `chip-rounds RECORD` or `parity RUN REFERENCE`"
     )
 
 
