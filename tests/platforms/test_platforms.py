@@ -55,6 +55,15 @@ def test_a_topology_is_compiled_for_by_its_platform_and_a_foreign_name_is_refuse
     for foreign in ("v5e", "v5e:1x1x1x1", "toy:1", "CPU"):
         with pytest.raises(ValueError, match=f"topology {foreign!r} is no platform's .*tpu"):
             topology_devices(foreign)
+    # the refusal says each platform's names in words where it has them, else its pattern
+    with pytest.raises(ValueError) as refused:
+        platforms.of_topology("v5e")
+    assert "tpu: CHIP:AxB or CHIP:AxBxC, e.g. v5e:1x1" in str(refused.value)
+    assert "cpu: cpu" in str(refused.value) and "\\d" not in str(refused.value)
+    with platforms.registered():
+        platforms.register(toy_platform.TOY)
+        with pytest.raises(ValueError, match=r"toy: toy:\\d\+"):
+            platforms.of_topology("v5e")
 
 
 def _declared(folder: Path) -> dict[str, str]:

@@ -81,6 +81,7 @@ class Platform:
     # (device kind, coordinates) -> the slice's name ("v5e:1x1"), None where unknown
     topology: Callable[[str, Sequence[Sequence[int]]], str | None] | None = None
     topologies: str = ""  # the topology names it compiles for (a full match, re); "": none
+    topology_form: str = ""  # those names in words, for a refusal ("" : the pattern itself)
     # "module:function" (topology name) -> the devices a compile for it targets, without
     # holding them (dew.train.executables.topology_devices)
     compile_devices: str | None = None
@@ -202,8 +203,10 @@ def of_topology(name: str) -> Platform:
     for platform in reversed(every()):
         if platform.topologies and re.fullmatch(platform.topologies, name):
             return platform
-    forms = ", ".join(f"{p.name}: {p.topologies}" for p in every() if p.topologies)
-    raise ValueError(f"topology {name!r} is no platform's ({forms}; e.g. v5e:1x1)")
+    forms = "; ".join(
+        f"{p.name}: {p.topology_form or p.topologies}" for p in every() if p.topologies
+    )
+    raise ValueError(f"topology {name!r} is no platform's ({forms})")
 
 
 def of_variant(variant: str) -> Platform:

@@ -31,6 +31,7 @@ CPU = register(
         jax_platforms="cpu",
         guess="dew.bench.record.devices:host_guess",
         topologies="cpu",
+        topology_form="cpu",
         compile_devices="dew.platforms.cpu_platform:compile_devices",
         compile_jobs=compile_jobs,
         parallel_compiles=True,

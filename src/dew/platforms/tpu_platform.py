@@ -88,6 +88,7 @@ TPU = register(
         topology=topology_name,
         # a chip generation, then the chips along each axis: "v5e:1x1", "v5e:2x4", "v4:2x2x1"
         topologies=r"[a-z0-9]+:\d+(?:x\d+){1,2}",
+        topology_form="CHIP:AxB or CHIP:AxBxC, e.g. v5e:1x1",
         compile_devices="dew.platforms.tpu_platform:compile_devices",
         stack_variant="tpu-host",  # the host's own jax and libtpu beside dew's bundle
         variants=("tpu", "tpu-host"),
