@@ -194,3 +194,27 @@ def test_a_record_rewritten_in_place_is_read_again(tmp_path):
     assert again[0][1]["rows"][0]["ms_per_step"] == record["rows"][0]["ms_per_step"]
     copy.write_text(json.dumps({**record, "kind": "not a kind"}))
     assert history_records.parse([copy]) == []
+
+
+def test_a_record_rewritten_within_one_clock_tick_at_the_same_size_is_read_again(tmp_path):
+    """An atomic rewrite (dew's way: a new file renamed over the old) of the same length and
+    modification time is still told apart, by its inode."""
+    import os
+
+    from dew.bench.common.files import atomic_write
+
+    source = REPO / "results/runs/20261207T084715Z-small-aa1-tpu-v5e-8a5f874/step.json"
+    copy = tmp_path / "step.json"
+    text = source.read_text()
+    atomic_write(copy, text)
+    before = os.stat(copy)
+    first = history_records.parse([copy])[0][1]["rows"][0]["ms_per_step"]
+    digits = len(str(first).split(".")[1])
+    changed = text.replace(f'"ms_per_step": {first}', f'"ms_per_step": {first + 1:.{digits}f}', 1)
+    assert len(changed) == len(text) and changed != text
+    atomic_write(copy, changed)
+    os.utime(copy, ns=(before.st_atime_ns, before.st_mtime_ns))  # the same tick
+    after = os.stat(copy)
+    assert (after.st_mtime_ns, after.st_size) == (before.st_mtime_ns, before.st_size)
+    again = history_records.parse([copy])[0][1]["rows"][0]["ms_per_step"]
+    assert again == pytest.approx(first + 1)

@@ -51,6 +51,17 @@ def _results_root() -> Path:
 RESULTS_ROOT = _results_root()
 
 
+def file_stamp(path: str | os.PathLike | None) -> tuple[int, int, int] | None:
+    """Which file is at `path` and as it was last written: its inode (an atomic write makes
+    a new one, so a rewrite within one tick of the clock is still told apart), modification
+    time and size; None when there is none."""
+    try:
+        stat = os.stat(path) if path else None
+    except OSError:
+        return None
+    return (stat.st_ino, stat.st_mtime_ns, stat.st_size) if stat else None
+
+
 def atomic_write(path: str | os.PathLike, data: str | bytes) -> Path:
     """Write `data` to `path` through a temporary file in the same directory + os.replace."""
     target = Path(path)

@@ -24,6 +24,7 @@ from pathlib import Path
 from dew import platforms
 from dew.bench.common.cli import UsageError, one_line
 from dew.bench.common.errors import WriteFailed
+from dew.bench.common.files import file_stamp
 from dew.bench.record.schema import Environment, read_run, write_run
 from dew.bench.record.schema.environment import LockedClocks
 from dew.telemetry import clocks, nvml
@@ -90,7 +91,7 @@ def held(
         log(f"clocks locked ({mode}): {describe(lock)}; reset when the run ends")
         # The record is told only if this run wrote it (not a --resume refused before its
         # first write), and not after a write failed: that failure's line is the one said.
-        before = _written(json_out)
+        before = file_stamp(json_out)
         writable = json_out is not None
         try:
             yield LockedClocks.model_validate(lock.fields())
@@ -107,18 +108,8 @@ def held(
                     f"warning: clocks left locked: {'; '.join(lock.problems)}; reset them "
                     "as root: nvidia-smi -rgc -rmc"
                 )
-            if writable and _written(json_out) != before:
+            if writable and file_stamp(json_out) != before:
                 say_restored(json_out, lock.restored, log)
-
-
-def _written(path: str | None) -> tuple[int, int, int] | None:
-    """Which file is there (an atomic write makes a new one), when and how large it was
-    last written; None when there is none."""
-    try:
-        stat = os.stat(path) if path else None
-    except OSError:
-        return None
-    return (stat.st_ino, stat.st_mtime_ns, stat.st_size) if stat else None
 
 
 def describe(lock: clocks.Lock) -> str:

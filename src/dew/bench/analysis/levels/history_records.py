@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from dew.bench.analysis.kinds import KINDS
-from dew.bench.common.files import RESULTS_ROOT
+from dew.bench.common.files import RESULTS_ROOT, file_stamp
 
 SKIPPED_DIRS = {"schema", "site"}
 
@@ -75,11 +75,10 @@ def parse(paths: Iterable[Path]) -> list[tuple[str, dict]]:
     """The records among `paths`, each named by its path from the repository's root."""
     found = []
     for path in paths:
-        try:
-            stat = path.stat()
-        except OSError:
+        stamp = file_stamp(path)
+        if stamp is None:
             continue
-        where, stamp = resolved(path), (stat.st_mtime_ns, stat.st_size)
+        where = resolved(path)
         kept = _PARSED.get(where)
         if kept is None or kept[0] != stamp:
             kept = _PARSED[where] = (stamp, _parse_one(path, where))
