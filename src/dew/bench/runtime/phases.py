@@ -126,10 +126,11 @@ def chip_rounds(rows: Iterable[StepRow]) -> list[ChipRound]:
         loads = [p for p in phases if p.name == "deserialize"]
         turns = [p for p in phases if p.name in TIMING]
         end = max((p.start + p.seconds for p in turns), default=start)
+        load = (
+            max(p.start + p.seconds for p in loads) - min(p.start for p in loads) if loads else None
+        )
         rounds.append(ChipRound(
-            number, cases[number], sum(p.seconds for p in opened),
-            _span(sorted(loads, key=lambda p: p.start))[1] - min(p.start for p in loads)
-            if loads else None,
+            number, cases[number], sum(p.seconds for p in opened), load,
             sum(p.seconds for p in phases if p.name == "init"),
             sum(p.seconds for p in turns), end - start,
         ))  # fmt: skip
