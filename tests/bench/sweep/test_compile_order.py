@@ -66,7 +66,8 @@ def test_the_longest_start_first_and_a_case_no_record_holds_before_them(tmp_path
 
 
 def test_a_chip_round_hands_its_compile_stage_the_longest_first(tmp_path, monkeypatch):
-    monkeypatch.setattr(compile_order, "RESULTS_ROOT", _results(tmp_path))
+    monkeypatch.setattr(compile_order, "RESULTS_ROOT", tmp_path)  # a checkout: its results/
+    _results(tmp_path / "results")
     started = []
 
     def compile_stage(pending, strategy, jobs, limit, progress):
@@ -82,3 +83,8 @@ def test_a_chip_round_hands_its_compile_stage_the_longest_first(tmp_path, monkey
     finally:
         chip.stop()
     assert started == ["hybrid_dit", "unet", "uvit"]  # 269.6, 187.0, 91.7 s; preset: unet first
+
+
+def test_by_default_the_lengths_are_the_checkout_s_own_records():
+    seconds = compile_order.measured("v5e:1x1", "small", "bfloat16")
+    assert len(seconds) == 18 and max(seconds.values()) == seconds[("hierarchical_mmdit", 16)]

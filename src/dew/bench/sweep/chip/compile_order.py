@@ -27,11 +27,13 @@ Key = tuple[str, int]  # a case's label and batch: what sets its program beside 
 
 
 def measured(topology: str, preset: str, dtype: str, root: Path | None = None) -> dict[Key, float]:
-    """Each case's (label, batch) median `compile_s` over the step records under `root`/runs
-    (default: RESULTS_ROOT's) made for `topology` with this preset and dtype; {} when there
-    are none. A file that is no such record is passed over (this only orders work)."""
+    """Each case's (label, batch) median `compile_s` over the step records in the results
+    folder `root` (default: the checkout's, RESULTS_ROOT/results), runs/*/step.json, made for
+    `topology` with this preset and dtype; {} when there are none. A file that is no such
+    record is passed over (this only orders work)."""
     seconds: dict[Key, list[float]] = {}
-    for path in sorted((Path(root or RESULTS_ROOT) / "runs").glob("*/step.json")):
+    results = Path(root) if root is not None else RESULTS_ROOT / "results"
+    for path in sorted((results / "runs").glob("*/step.json")):
         record = _read(path)
         if record is None or not _same_compile(record, topology, preset, dtype):
             continue
