@@ -5,8 +5,8 @@ compile that comes late runs on while the other slots stand idle: on one v5e the
 preset's 18 compiles, 8 at a time, take 37-326 s each (hierarchical_mmdit the longest), and
 the stage's tail is the late ones. Started longest first (list scheduling's LPT rule), the
 short ones fill the slots at the end. The lengths come from the records of the same
-compile: under the results folder (`dew.bench.common.files.RESULTS_ROOT`), each record of
-this topology, preset and dtype gives its cases' `compile_s`; a case takes the median of its
+compile: in the checkout's `results/` (`dew.bench.common.files.RESULTS_ROOT`), each record
+of this topology, preset and dtype gives its cases' `compile_s`; a case takes the median of its
 figures, and a case no record holds comes first (unknown may be long). Only the order of the
 compile stage changes: which cases are timed and in what order is the time stage's.
 """
