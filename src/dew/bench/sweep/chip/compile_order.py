@@ -13,12 +13,12 @@ compile stage changes: which cases are timed and in what order is the time stage
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from dew.bench.analysis.levels import history_records
 from dew.bench.common.files import RESULTS_ROOT
 from dew.bench.record.schema import StepRow
 from dew.bench.sweep.presets import Case
@@ -29,13 +29,13 @@ Key = tuple[str, int]  # a case's label and batch: what sets its program beside 
 def measured(topology: str, preset: str, dtype: str, root: Path | None = None) -> dict[Key, float]:
     """Each case's (label, batch) median `compile_s` over the step records in the results
     folder `root` (default: the checkout's, RESULTS_ROOT/results), runs/*/step.json, made for
-    `topology` with this preset and dtype; {} when there are none. A file that is no such
-    record is passed over (this only orders work)."""
+    `topology` with this preset and dtype, read by the history's reader (its parse kept per
+    file); {} when there are none. A file that is no such record is passed over (this only
+    orders work)."""
     seconds: dict[Key, list[float]] = {}
     results = Path(root) if root is not None else RESULTS_ROOT / "results"
-    for path in sorted((results / "runs").glob("*/step.json")):
-        record = _read(path)
-        if record is None or not _same_compile(record, topology, preset, dtype):
+    for _, record in history_records.parse(sorted((results / "runs").glob("*/step.json"))):
+        if not _same_compile(record, topology, preset, dtype):
             continue
         for row in record.get("rows") or []:
             if isinstance(row, dict) and isinstance(row.get("compile_s"), (int, float)):
@@ -56,14 +56,6 @@ def longest_first(
         return seconds.get((case.label(), case.batch), float("inf"))
 
     return sorted(pending, key=lambda item: -length(item))
-
-
-def _read(path: Path) -> dict[str, Any] | None:
-    try:
-        record = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return record if isinstance(record, dict) else None
 
 
 def _same_compile(record: dict[str, Any], topology: str, preset: str, dtype: str) -> bool:
