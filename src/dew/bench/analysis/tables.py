@@ -23,10 +23,14 @@ A row names itself: `row.label()` (dew.bench.record.schema) is the first cell of
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from dew.bench.analysis.matching import same_gflop
 from dew.bench.record.schema import BenchmarkRun, DataRow, StepRow
 from dew.bench.record.stack import NOT_RECORDED
+
+if TYPE_CHECKING:
+    from dew.bench.runtime.phases import ChipRound
 
 FORMATS = ("tsv", "md", "aligned")
 # Left out first when a terminal is too narrow: the least read, the row's name never.
@@ -376,16 +380,14 @@ def phase_totals(rows: Sequence[StepRow], fmt: str = "tsv") -> str:
 CHIP_ROUND_HEADERS = ["round", "cases", "open s", "load s", "init s", "timed s", "round s"]
 
 
-def chip_rounds_table(rows: Sequence[StepRow], fmt: str = "tsv") -> str:
-    """Each held-chip round of a record (dew.bench.runtime.phases.chip_rounds): the chip's
+def chip_rounds_table(rounds: Sequence[ChipRound], fmt: str = "tsv") -> str:
+    """A record's held-chip rounds (dew.bench.runtime.phases.chip_rounds): the chip's
     opening, the programs' loads side by side (their wall clock), the states put on the
     chip and the windows (summed over the cases), and the round's wall clock."""
-    from dew.bench.runtime.phases import chip_rounds
-
     body = [
         [str(r.number), str(r.cases), num(r.open_s), num(r.load_s), num(r.init_s),
          num(r.timed_s), num(r.wall_s)]
-        for r in chip_rounds(rows)
+        for r in rounds
     ]  # fmt: skip
     return table(CHIP_ROUND_HEADERS, body, fmt)
 

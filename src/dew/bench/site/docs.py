@@ -86,9 +86,10 @@ def _table(kind: str, spec: str, paths: list[str], records: list, where: str) ->
         from dew.bench.analysis.tables import chip_rounds_table
         from dew.bench.runtime.phases import chip_rounds
 
-        if not chip_rounds(records[0].rows):
+        rounds = chip_rounds(records[0].rows)
+        if not rounds:
             raise UsageError(f"{where}: {paths[0]} has no held-chip round (no `open` phase)")
-        return chip_rounds_table(records[0].rows, "md")
+        return chip_rounds_table(rounds, "md")
     if kind == "parity" and len(records) == 2:
         from dew.bench.analysis import parity
 

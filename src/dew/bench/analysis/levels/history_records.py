@@ -54,9 +54,9 @@ def read_paths(paths: Iterable[Path], exclude: Iterable[Path] = ()) -> list[tupl
     return leave_out(parse(paths), exclude)[0]
 
 
-# A file's parse, kept while its size and modification time stay: a calibration or a test
-# reads the same few hundred records once per pair it compares. Read only, never changed.
-_PARSED: dict[Path, tuple[tuple[int, int], tuple[str, dict] | None]] = {}
+# A file's parse, kept while the file stays as it was (files.file_stamp): a calibration or a
+# test reads the same few hundred records once per pair it compares. Read only, never changed.
+_PARSED: dict[Path, tuple[tuple[int, int, int], tuple[str, dict] | None]] = {}
 
 
 def resolved(path: Path) -> Path:
