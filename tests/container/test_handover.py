@@ -13,12 +13,14 @@ from pathlib import Path
 from dew.host import handover
 
 # The client's stand-in: says it is ready, and on SIGTERM or SIGINT writes which one came
-# and exits as a stopped tool does (128 + the signal).
+# and exits as a stopped tool does (128 + the signal). Files are written whole and renamed
+# into place: the test polls for them and must never read one half written.
 CLIENT = """
-import pathlib, signal, sys, time
+import os, pathlib, signal, sys, time
 out = pathlib.Path(sys.argv[1])
 def stop(signum, frame):
-    (out / "stopped").write_text(str(signum))
+    (out / "stopped.part").write_text(str(signum))
+    os.replace(out / "stopped.part", out / "stopped")
     sys.exit(128 + signum)
 signal.signal(signal.SIGTERM, stop)
 signal.signal(signal.SIGINT, stop)
@@ -28,10 +30,11 @@ time.sleep(60)
 
 # The session's stand-in: starts the hand-over around the client, writes its pid, waits.
 SESSION = """
-import subprocess, sys, pathlib
+import os, subprocess, sys, pathlib
 out, argv = pathlib.Path(sys.argv[1]), sys.argv[2:]
 child = subprocess.Popen(argv)
-(out / "handover.pid").write_text(str(child.pid))
+(out / "handover.pid.part").write_text(str(child.pid))
+os.replace(out / "handover.pid.part", out / "handover.pid")
 child.wait()
 """
 
