@@ -52,14 +52,15 @@ def run_noise(
     left: Callable[[], float],
     run_tool: Callable[..., int],
     steps: int | None = None,
+    most: int = NOISE_MAX_RECORDS,
 ) -> tuple[str, bool]:
-    """Make A/A records while `left()` (the stage's seconds) allows; `run_tool(name, argv,
-    timeout=..., table=...)` runs one. The stage's line, and whether it failed: no record
-    finished (a record cut by the stage's share keeps its rows, and is no failure when
-    one before it finished)."""
+    """Make up to `most` A/A records while `left()` (the stage's seconds) allows;
+    `run_tool(name, argv, timeout=..., table=...)` runs one. The stage's line, and whether
+    it failed: no record finished (a record cut by the stage's share keeps its rows, and is
+    no failure when one before it finished)."""
     made, failed = [], []
     index = 1
-    while index <= NOISE_MAX_RECORDS and left() >= RECORD_MIN_S:
+    while index <= most and left() >= RECORD_MIN_S:
         name = f"aa-{index}"
         code = run_tool(
             name, noise_argv(preset, out, index, steps), timeout=left(), table=f"{name}.md"

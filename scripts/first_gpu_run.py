@@ -3,7 +3,7 @@ and no package index (docs/gpu-first-run.md says how to carry the wheels and why
 
     python scripts/first_gpu_run.py [--out DIR] [--wheels DIR] [--budget-s 480]
         [--platform cuda|cpu] [--preset small|cpu-smoke] [--architectures A B ...]
-        [--steps N] [--repeats 3] [--commit SHA] [--no-install]
+        [--steps N] [--repeats 3] [--aa-records 6] [--commit SHA] [--no-install]
 
 In order, everything under one output directory (new; default results/runs/<stamp>-first-
 gpu-run-<host>), every stage with a timeout from what is left of the budget (an overrun
@@ -23,8 +23,8 @@ still leaves the tables written so far, and time for a rerun inside the command'
   4. compare against the published record sharing the most rows (compare.md: the stack
      differences, e.g. jax 0.11.2 against 0.11.1, then per row the ratios and verdicts);
   4a. A/A records (scripts/first_gpu_noise.py): the same three fast rows, 2 repeats, in
-     several records while the stage's share lasts, so the history fit learns this
-     device kind's run and process levels (aa-N.json/md);
+     several records while the stage's share lasts (at most --aa-records, 1 to 6), so the
+     history fit learns this device kind's run and process levels (aa-N.json/md);
   5. validate every record; 6. gpu.md (per row the GPU window's readings and the synced
      step time without and with the sampler, the allocator setting), fingerprints.md (per
      repeat what the compiler chose), summary.md, and report.md: all of them in one file.
@@ -58,7 +58,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its modules, standard library only
 import first_gpu_cases as plan  # noqa: E402
 from first_gpu_install import UsageError, install, plan_install  # noqa: E402
-from first_gpu_noise import NOISE_SHARE_S, run_noise  # noqa: E402
+from first_gpu_noise import NOISE_MAX_RECORDS, NOISE_SHARE_S, run_noise  # noqa: E402
 
 PROG = "first_gpu_run"
 REPO = Path(__file__).resolve().parents[1]
@@ -71,7 +71,7 @@ AFTER_STEP_S |= {"compare": 30, "validate": 20}
 PROBE_S = 60
 TERM_GRACE_S = 10  # a tool past its timeout gets SIGTERM (it ends its children), then KILL
 FLAGS = ("--out", "--wheels", "--budget-s", "--platform", "--preset", "--architectures")
-FLAGS += ("--steps", "--repeats", "--commit", "--no-install", "--help")
+FLAGS += ("--steps", "--repeats", "--aa-records", "--commit", "--no-install", "--help")
 TABLES = ("summary.md", "cases.md", "step.md", "fingerprints.md", "gpu.md", "compare.md")
 TABLES += ("data-workers-0.md", "data-workers-8.md", "aa-1.md", "aa-2.md", "aa-3.md")
 
@@ -79,7 +79,7 @@ TABLES += ("data-workers-0.md", "data-workers-8.md", "aa-1.md", "aa-2.md", "aa-3
 def parse(argv: list[str]) -> dict:
     args = {"out": None, "wheels": str(REPO / "wheels"), "budget_s": 560.0, "platform": "cuda"}
     args |= {"preset": "small", "architectures": [], "steps": None, "install": True}
-    args |= {"repeats": "3", "commit": None}
+    args |= {"repeats": "3", "aa_records": str(NOISE_MAX_RECORDS), "commit": None}
     index = 0
     while index < len(argv):
         token = argv[index]
@@ -128,6 +128,12 @@ def check(args: dict) -> dict:
             if not str(args[name]).isdigit() or int(args[name]) < 1:
                 raise UsageError(f"--{name} must be a whole number >= 1 (got {args[name]!r})")
             args[name] = int(args[name])
+    records = args["aa_records"]
+    if not str(records).isdigit() or not 1 <= int(records) <= NOISE_MAX_RECORDS:
+        raise UsageError(
+            f"--aa-records must be a whole number 1..{NOISE_MAX_RECORDS} (got {records!r})"
+        )
+    args["aa_records"] = int(records)
     if args["platform"] == "cuda" and args["preset"] == "cpu-smoke":
         raise UsageError("--preset cpu-smoke runs on CPU: pass --platform cpu with it")
     args["commit"] = check_commit(REPO, args["commit"])
@@ -352,7 +358,7 @@ def run(args: dict) -> int:
             args["preset"], out, lambda: deadline - time.monotonic(),
             lambda name, argv, *, timeout, table: tool(args, name, argv, timeout=timeout,
                                                        table=table),
-            args["steps"],
+            args["steps"], args["aa_records"],
         )  # fmt: skip
         stages.append(("A/A records", said, failed))
 

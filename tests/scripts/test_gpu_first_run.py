@@ -46,6 +46,8 @@ def one_line(done: subprocess.CompletedProcess) -> str:
         (["--budget-s", "nan"], "--budget-s must be 60..86400 seconds (got nan)"),
         (["--steps", "0"], "--steps must be a whole number >= 1 (got '0')"),
         (["--repeats", "x"], "--repeats must be a whole number >= 1 (got 'x')"),
+        (["--aa-records", "7"], "--aa-records must be a whole number 1..6 (got '7')"),
+        (["--aa-records", "0"], "--aa-records must be a whole number 1..6 (got '0')"),
         (["--commit", "main"], "--commit 'main' is not a commit SHA (7 to 40 hex digits)"),
         (["--architectures"], "--architectures needs at least one name"),
         (["--out"], "--out needs a value"),
@@ -80,14 +82,15 @@ def test_every_stage_runs_on_cpu(tmp_path):
     out = tmp_path / "run"
     done = run(
         "--platform", "cpu", "--preset", "cpu-smoke", "--architectures", "simple_dit",
-        "--steps", "2", "--out", str(out), timeout=900,
+        "--steps", "2", "--aa-records", "1", "--out", str(out), timeout=900,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     summary = (out / "summary.md").read_text()
     for stage in ("install", "step benchmark", "loader", "compare", "validate"):
         assert f"| {stage} | ok" in summary
     assert "| clocks | skipped: no GPU clocks to lock on CPU |" in summary
-    assert "| A/A records | " in summary and (out / "aa-1.json").is_file()  # the noise stage
+    assert "| A/A records | 1 A/A records of " in summary and (out / "aa-1.json").is_file()
+    assert not (out / "aa-2.json").exists()  # --aa-records 1: one A/A record, not six
     step = json.loads((out / "step.json").read_text())
     (row,) = step["rows"]
     assert row["gpu"]["note"] == "no NVIDIA GPU: platform cpu"
@@ -186,6 +189,25 @@ def test_every_stage_runs_under_a_timeout_within_the_budget(script, tmp_path, mo
     aa_stage = max(timeout for name, timeout in calls if name.startswith("aa-"))
     assert sum(t for name, t in calls if not name.startswith("aa-")) + aa_stage <= 560
     assert calls[0][1] <= 560 - sum(first_gpu_run.AFTER_STEP_S.values())
+
+
+def test_aa_records_caps_the_noise_stage(script, tmp_path, monkeypatch):
+    """--aa-records 2: the stage makes two A/A records though its share has time for six."""
+    first_gpu_run, _ = script
+    names = []
+
+    def tool(args, name, argv, *, timeout, env=None, table=None):
+        names.append(name)
+        if name == "step":
+            published = REPO / "results/published/2026-09-05-rtx4080-9886c20-rerun.json"
+            (args["out"] / "step.json").write_text(published.read_text())
+        return 0
+
+    monkeypatch.setattr(first_gpu_run, "tool", tool)
+    args = first_gpu_run.parse(["--platform", "cpu", "--preset", "cpu-smoke", "--no-install",
+                                "--out", str(tmp_path / "run"), "--aa-records", "2"])  # fmt: skip
+    assert first_gpu_run.run(args) == 0
+    assert [name for name in names if name.startswith("aa-")] == ["aa-1", "aa-2"]
 
 
 def test_a_refused_clock_lock_runs_the_step_stage_again_without_it(script, tmp_path, monkeypatch):
