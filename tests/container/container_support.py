@@ -46,6 +46,18 @@ def nox_command() -> list[str]:
     unavailable("nox is not installed (`python3.12 -m pip install nox`)")
 
 
+def reused_venv(name: str, envdir: Path) -> list[str]:
+    """nox's arguments that make this test's venv (from locks/dev.txt, as the session's
+    would be) session NAME's, linked under `envdir`: `-R` creates and installs nothing. []
+    outside a venv, where nox builds the session's own."""
+    if sys.prefix == sys.base_prefix:
+        return []
+    envdir.mkdir(parents=True, exist_ok=True)
+    if not (envdir / name).exists():
+        (envdir / name).symlink_to(Path(sys.prefix), target_is_directory=True)
+    return ["-R", "--envdir", str(envdir)]
+
+
 def git(repo: Path, *args: str) -> str:
     """git's output in `repo`, as a fixed author (a test's own repository); raises on failure."""
     done = subprocess.run(

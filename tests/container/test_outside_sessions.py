@@ -17,7 +17,14 @@ import time
 from pathlib import Path
 
 import pytest
-from container_support import ROOT, example_checkout, git, nox_command, unavailable
+from container_support import (
+    ROOT,
+    example_checkout,
+    git,
+    nox_command,
+    reused_venv,
+    unavailable,
+)
 
 from dew.host import engine as containers
 
@@ -30,12 +37,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.container]  # builds dew's stack at 
 def session(name: str, posargs: list[str], tmp: Path, timeout: int = 1800):
     """`nox -s NAME -- POSARGS` with this test's venv (locks/dev.txt, as the session's
     would be) reused as the session's: `-R` installs nothing."""
-    envdir = tmp / "envdir"
-    envdir.mkdir(exist_ok=True)
-    if not (envdir / name).exists():
-        (envdir / name).symlink_to(Path(sys.prefix), target_is_directory=True)
-    argv = [*nox_command(), "-f", str(ROOT / "noxfile.py"), "-s", name, "-R",
-            "--envdir", str(envdir), "--", *posargs]  # fmt: skip
+    argv = [*nox_command(), "-f", str(ROOT / "noxfile.py"), "-s", name,
+            *reused_venv(name, tmp / "envdir"), "--", *posargs]  # fmt: skip
     env = dict(os.environ, DEW_ENGINE="podman")
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
 
