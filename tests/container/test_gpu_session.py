@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
-from container_support import nox_command, unavailable
+from container_support import nox_command, reused_venv, unavailable
 
 from dew.host import benchmarks as bench
 from dew.host import engine as containers
@@ -161,17 +161,13 @@ def _script(directory: Path, name: str, body: str) -> Path:
     return path
 
 
-def _session(posargs, env, timeout=120, venv: Path | None = None) -> subprocess.CompletedProcess:
-    """`nox -s bench-gpu`: in no venv, or with `venv` (this test's own, from locks/dev.txt
-    like the session's) reused as the session's (`-R`: nothing installed)."""
+def _session(posargs, env, timeout=120, own_venv: bool = False) -> subprocess.CompletedProcess:
+    """`nox -s bench-gpu`: in no venv, or with this test's own reused as the session's."""
     argv = [*nox_command(), "-f", str(ROOT / "noxfile.py"), "-s", "bench-gpu"]
-    if venv is None:
-        argv += ["--force-venv-backend", "none", "--no-install"]
+    if own_venv:
+        argv += reused_venv("bench-gpu", Path(env["DEW_CDI_DIRS"]).parent / "envdir")
     else:
-        envdir = Path(env["DEW_CDI_DIRS"]).parent / "envdir"
-        envdir.mkdir(exist_ok=True)
-        (envdir / "bench-gpu").symlink_to(venv, target_is_directory=True)
-        argv += ["-R", "--envdir", str(envdir)]
+        argv += ["--force-venv-backend", "none", "--no-install"]
     argv += ["--", *posargs]
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
 
@@ -349,12 +345,14 @@ def test_bench_gpu_runs_end_to_end_with_the_gpu_replaced_at_the_engine(tmp_path)
     (tmp_path / "bin" / "podman").write_text(shim)
     _spec(tmp_path / "cdi", "nvidia.yaml")
     data = _flowers(tmp_path / "data")
-    posargs = ["--data.path", str(data), "--architectures", "simple_dit", "--steps", "2",
-               "--repeats", "2", "--idle-check", "warn"]  # fmt: skip
+    # A small-preset simple_dit step takes about 6 s on CPU: no warmup, windows of one step
+    # (the flow is under test, not the figures).
+    posargs = ["--data.path", str(data), "--architectures", "simple_dit", "--steps", "1",
+               "--warmup", "0", "--repeats", "2", "--idle-check", "warn"]  # fmt: skip
     started = time.time()
     run_dir = None
     try:
-        result = _session(posargs, env, timeout=3600, venv=Path(sys.prefix))
+        result = _session(posargs, env, timeout=3600, own_venv=True)
         run_dir = _run_dir(result.stderr, started)
         assert result.returncode == 0, result.stderr[-4000:]
         assert run_dir is not None, result.stderr[-2000:]
