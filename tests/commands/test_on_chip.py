@@ -120,9 +120,10 @@ def test_a_difference_accepted_by_the_flag_is_written_into_the_new_record(chip, 
 @pytest.mark.slow
 def test_ab_of_two_settings_runs_paired_rounds_to_a_verdict(chip, tmp_path):
     run = tmp_path / "ab"
+    # A cache of the test's own: round 1 compiles each side's program, round 2 loads it.
     argv = ["ab", "HEAD", "HEAD", "--variant", "tpu-host", *CASES, "--rounds", "2",
-            "--a-dtype", "bfloat16", "--b-dtype", "float32", "--compilation-cache-dir", "off",
-            "--out", str(run)]  # fmt: skip
+            "--a-dtype", "bfloat16", "--b-dtype", "float32", "--compilation-cache-dir",
+            str(tmp_path / "cache"), "--out", str(run)]  # fmt: skip
     done = dew(*argv, chip=chip, cwd=tmp_path)
     assert done.returncode in (0, 1, 3), done.stderr[-2000:]
     plan = json.loads((run / "ab-plan.json").read_text())
