@@ -74,7 +74,6 @@ from dew.bench.record.schema import (
     write_run,
 )
 from dew.bench.runtime import hostprobe
-from dew.data.pipeline import make_source
 from dew.data.spec import DATASETS, OxfordFlowers, SyntheticImages
 
 PROG = "tools/benchmark_data.py"  # as typed; `dew data` passes its own
@@ -280,6 +279,7 @@ def measure_and_write(
     args: Args, argv: list[str], step_run: BenchmarkRun | None, prog: str = PROG
 ) -> int:
     from dew.bench.runtime import idle
+    from dew.data.pipeline import make_source  # grain and JAX: past every check of input
 
     load = _load_average()
     try:

@@ -29,7 +29,6 @@ from dew.bench.record.schema import DataRepeat, DataRow
 from dew.bench.runtime import protocol
 from dew.bench.runtime.conversation import Job, Notice, Refused, Result
 from dew.bench.runtime.protocol import spawn
-from dew.data.pipeline import make_source, open_batches
 from dew.data.spec import DATASETS, DatasetSpec
 
 CHILD = [sys.executable, "-m", "dew.bench.loader.measure"]  # a repeat's process
@@ -50,6 +49,10 @@ def measure_loader(
             f"need batch >= 1, steps >= 1, warmup >= 0; got batch={batch} steps={steps} "
             f"warmup={warmup}"
         )
+    # grain, and JAX through it, only in the process that reads batches: the command that
+    # refuses bad input, spawns the repeats and writes the record starts without them.
+    from dew.data.pipeline import make_source, open_batches
+
     spec.check()
     start = time.perf_counter()
     source = make_source(spec)
