@@ -48,21 +48,25 @@ def test_bad_input_is_one_line(args, said, tmp_path):
 @pytest.mark.slow
 def test_the_flow_is_stopped_continued_and_tabled(tmp_path):
     chip = CHIP
-    record = tmp_path / "record.json"
+    record, cache = tmp_path / "record.json", tmp_path / "cache"
+    # The record's program in the flow's cache: reproduce reruns the record with its cache,
+    # and the A/Bs' bfloat16 side loads it.
     made = subprocess.run([sys.executable, "-m", "dew.commands", "step", *CASES, "--json-out",
-                           str(record)], capture_output=True, text=True, env=env(chip),
-                          timeout=600)  # fmt: skip
+                           str(record), "--compilation-cache-dir", str(cache)],
+                          capture_output=True, text=True, env=env(chip), timeout=600)  # fmt: skip
     assert made.returncode == 0, made.stderr[-2000:]
     out = tmp_path / "out"
     architectures = CASES[CASES.index("--architectures") + 1]
-    argv = [sys.executable, str(SCRIPT), "--out", str(out), "--cache", str(tmp_path / "cache"),
+    argv = [sys.executable, str(SCRIPT), "--out", str(out), "--cache", str(cache),
             "--record", str(record), "--preset", "cpu-smoke", "--architectures",
             architectures, "--steps", "3", "--rounds", "2"]  # fmt: skip
     first = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              env=env(chip))  # fmt: skip
     deadline = time.monotonic() + 600
-    while time.monotonic() < deadline and not list(out.glob("*-ab-dtype-*/rounds/*.json")):
-        time.sleep(1)  # stopped once ab-dtype has a run behind it
+    # Stopped once ab-dtype has a run behind it: its plan is written when a run ends (a
+    # round's record is there from the run's start, and a run cut off is made again).
+    while time.monotonic() < deadline and not list(out.glob("*-ab-dtype-*/ab-plan.json")):
+        time.sleep(0.2)
     first.send_signal(signal.SIGTERM)
     _, err = first.communicate(timeout=300)
     assert first.returncode == 128 + signal.SIGTERM, err[-2000:]
