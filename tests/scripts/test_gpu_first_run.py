@@ -163,11 +163,8 @@ def test_a_tool_past_its_timeout_is_ended_and_says_so(script, tmp_path):
     assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
 
 
-def test_every_stage_runs_under_a_timeout_within_the_budget(script, tmp_path, monkeypatch):
-    """The tools replaced by one that notes its timeout (the step one writes a record):
-    every stage gets one, and together they stay inside the budget."""
-    first_gpu_run, _ = script
-    calls = []
+def noting_tools(calls: list):
+    """A stand-in for every tool that notes (name, timeout); the step one writes a record."""
 
     def tool(args, name, argv, *, timeout, env=None, table=None):
         calls.append((name, timeout))
@@ -176,7 +173,15 @@ def test_every_stage_runs_under_a_timeout_within_the_budget(script, tmp_path, mo
             (args["out"] / "step.json").write_text(published.read_text())
         return 0
 
-    monkeypatch.setattr(first_gpu_run, "tool", tool)
+    return tool
+
+
+def test_every_stage_runs_under_a_timeout_within_the_budget(script, tmp_path, monkeypatch):
+    """The tools replaced by one that notes its timeout (the step one writes a record):
+    every stage gets one, and together they stay inside the budget."""
+    first_gpu_run, _ = script
+    calls = []
+    monkeypatch.setattr(first_gpu_run, "tool", noting_tools(calls))
     args = first_gpu_run.parse(["--platform", "cpu", "--preset", "cpu-smoke", "--no-install",
                                 "--out", str(tmp_path / "run"), "--budget-s", "560"])  # fmt: skip
     assert first_gpu_run.run(args) == 0
@@ -194,20 +199,12 @@ def test_every_stage_runs_under_a_timeout_within_the_budget(script, tmp_path, mo
 def test_aa_records_caps_the_noise_stage(script, tmp_path, monkeypatch):
     """--aa-records 2: the stage makes two A/A records though its share has time for six."""
     first_gpu_run, _ = script
-    names = []
-
-    def tool(args, name, argv, *, timeout, env=None, table=None):
-        names.append(name)
-        if name == "step":
-            published = REPO / "results/published/2026-09-05-rtx4080-9886c20-rerun.json"
-            (args["out"] / "step.json").write_text(published.read_text())
-        return 0
-
-    monkeypatch.setattr(first_gpu_run, "tool", tool)
+    calls = []
+    monkeypatch.setattr(first_gpu_run, "tool", noting_tools(calls))
     args = first_gpu_run.parse(["--platform", "cpu", "--preset", "cpu-smoke", "--no-install",
                                 "--out", str(tmp_path / "run"), "--aa-records", "2"])  # fmt: skip
     assert first_gpu_run.run(args) == 0
-    assert [name for name in names if name.startswith("aa-")] == ["aa-1", "aa-2"]
+    assert [name for name, _ in calls if name.startswith("aa-")] == ["aa-1", "aa-2"]
 
 
 def test_a_refused_clock_lock_runs_the_step_stage_again_without_it(script, tmp_path, monkeypatch):
