@@ -168,12 +168,16 @@ def test_a_burner_on_other_rows_would_have_called_the_clean_row_faster_without_t
 
 
 def _step(out: Path) -> Path:
-    """A real cpu-smoke run of two cases, three fresh processes each, its record at `out`."""
+    """A real cpu-smoke run of two cases, three fresh processes each, its record at `out`.
+    The runs share a compilation cache beside their records: each case compiles once (the
+    test holds the host alone, so its compiles are its whole cost), the steps it times are
+    the same programs."""
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(REPO / "src"),
            "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}  # fmt: skip
     subprocess.run([sys.executable, str(REPO / "tools" / "benchmark_step.py"), "--preset",
                     "cpu-smoke", "--architectures", "simple_dit", "uvit", "--repeats", "3",
-                    "--steps", "20", "--json-out", str(out)], env=env, check=True,
+                    "--steps", "20", "--compilation-cache-dir", str(out.parent / "xla"),
+                    "--json-out", str(out)], env=env, check=True,
                    capture_output=True, timeout=900)  # fmt: skip
     return out
 
