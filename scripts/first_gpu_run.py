@@ -123,17 +123,15 @@ def check(args: dict) -> dict:
         raise UsageError(f"--budget-s {args['budget_s']!r} is not a number of seconds") from None
     if not 60 <= args["budget_s"] <= 86400:  # a NaN fails this too
         raise UsageError(f"--budget-s must be 60..86400 seconds (got {args['budget_s']:g})")
-    for name in ("steps", "repeats"):
-        if args[name] is not None:
-            if not str(args[name]).isdigit() or int(args[name]) < 1:
-                raise UsageError(f"--{name} must be a whole number >= 1 (got {args[name]!r})")
-            args[name] = int(args[name])
-    records = args["aa_records"]
-    if not str(records).isdigit() or not 1 <= int(records) <= NOISE_MAX_RECORDS:
-        raise UsageError(
-            f"--aa-records must be a whole number 1..{NOISE_MAX_RECORDS} (got {records!r})"
-        )
-    args["aa_records"] = int(records)
+    for name, most in (("steps", None), ("repeats", None), ("aa_records", NOISE_MAX_RECORDS)):
+        value = args[name]
+        if value is not None:
+            whole = str(value).isdigit()
+            if not whole or int(value) < 1 or (most is not None and int(value) > most):
+                within = ">= 1" if most is None else f"1..{most}"
+                flag = name.replace("_", "-")
+                raise UsageError(f"--{flag} must be a whole number {within} (got {value!r})")
+            args[name] = int(value)
     if args["platform"] == "cuda" and args["preset"] == "cpu-smoke":
         raise UsageError("--preset cpu-smoke runs on CPU: pass --platform cpu with it")
     args["commit"] = check_commit(REPO, args["commit"])

@@ -163,8 +163,10 @@ def test_a_tool_past_its_timeout_is_ended_and_says_so(script, tmp_path):
     assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
 
 
-def noting_tools(calls: list):
-    """A stand-in for every tool that notes (name, timeout); the step one writes a record."""
+def stage_calls(first_gpu_run, monkeypatch, *flags: str) -> list[tuple[str, float]]:
+    """The script run on CPU with `flags`, every tool replaced by one that notes (name,
+    timeout) and succeeds (the step one writes a record): the calls, in order."""
+    calls = []
 
     def tool(args, name, argv, *, timeout, env=None, table=None):
         calls.append((name, timeout))
@@ -173,18 +175,19 @@ def noting_tools(calls: list):
             (args["out"] / "step.json").write_text(published.read_text())
         return 0
 
-    return tool
+    monkeypatch.setattr(first_gpu_run, "tool", tool)
+    args = first_gpu_run.parse(["--platform", "cpu", "--preset", "cpu-smoke", "--no-install",
+                                *flags])  # fmt: skip
+    assert first_gpu_run.run(args) == 0
+    return calls
 
 
 def test_every_stage_runs_under_a_timeout_within_the_budget(script, tmp_path, monkeypatch):
     """The tools replaced by one that notes its timeout (the step one writes a record):
     every stage gets one, and together they stay inside the budget."""
     first_gpu_run, _ = script
-    calls = []
-    monkeypatch.setattr(first_gpu_run, "tool", noting_tools(calls))
-    args = first_gpu_run.parse(["--platform", "cpu", "--preset", "cpu-smoke", "--no-install",
-                                "--out", str(tmp_path / "run"), "--budget-s", "560"])  # fmt: skip
-    assert first_gpu_run.run(args) == 0
+    calls = stage_calls(first_gpu_run, monkeypatch, "--out", str(tmp_path / "run"),
+                        "--budget-s", "560")  # fmt: skip
     names = [name for name, _ in calls]
     aa = [f"aa-{n}" for n in range(1, 7)]  # the A/A records, up to NOISE_MAX_RECORDS
     assert names == ["step", *aa, "prepare", "data-workers-0", "data-workers-8", "compare",
@@ -199,11 +202,8 @@ def test_every_stage_runs_under_a_timeout_within_the_budget(script, tmp_path, mo
 def test_aa_records_caps_the_noise_stage(script, tmp_path, monkeypatch):
     """--aa-records 2: the stage makes two A/A records though its share has time for six."""
     first_gpu_run, _ = script
-    calls = []
-    monkeypatch.setattr(first_gpu_run, "tool", noting_tools(calls))
-    args = first_gpu_run.parse(["--platform", "cpu", "--preset", "cpu-smoke", "--no-install",
-                                "--out", str(tmp_path / "run"), "--aa-records", "2"])  # fmt: skip
-    assert first_gpu_run.run(args) == 0
+    calls = stage_calls(first_gpu_run, monkeypatch, "--out", str(tmp_path / "run"),
+                        "--aa-records", "2")  # fmt: skip
     assert [name for name, _ in calls if name.startswith("aa-")] == ["aa-1", "aa-2"]
 
 

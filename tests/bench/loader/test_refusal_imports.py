@@ -23,7 +23,7 @@ def test_a_bad_flag_of_dew_data_is_refused_before_grain_is_imported():
         "import sys\n"
         "from dew.bench.loader import data_command\n"
         "code = data_command.main(['--frob'])\n"
-        "print(code, sorted(m for m in ('jax', 'grain') if m in sys.modules))\n"
+        f"print(code, sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert "unrecognized argument --frob" in done.stderr
