@@ -472,8 +472,10 @@ def test_json_is_one_object_with_each_rows_statistics(capsys):
     assert document["reproduced"] is False
     assert document["noise"]["source"].startswith("cpu: 4 records in 1 A/A groups")
     assert document["noise"]["shift"] > 0 and document["timing"] == "ms_per_step"
-    assert document["summary"].startswith("NOT REPRODUCED: 4 comparable rows: 1 faster, 3 "
-                                          "undecided")  # fmt: skip
+    # -O0 slows every row, the shift undecided at this host's 12% between runs: uvit's whole
+    # change, that run-to-run shift included, still lies beyond the band (and the drift's)
+    assert document["summary"].startswith("NOT REPRODUCED: 4 comparable rows: 1 faster, 1 "
+                                          "slower, 2 undecided")  # fmt: skip
     shift = document["shift"]
     assert shift["ratio"] == pytest.approx(1.42, abs=0.01) and shift["interval"][0] > 1.05
     assert shift["verdict"] == "undecided" and shift["p_holm"] > 0.05
@@ -481,7 +483,8 @@ def test_json_is_one_object_with_each_rows_statistics(capsys):
     assert list(rows) == ["uvit", "simple_dit", "causal_transformer", "causal_transformer (moe)"]
     for row in rows.values():
         assert {"label", "judged", "changes", "p_holm", "verdict", "reason", "mde"} <= set(row)
-        assert row["judged"] == "against_shift" and list(row["changes"])[0] == "against_shift"
+        judged = "total" if row["label"] == "uvit" else "against_shift"
+        assert row["judged"] == judged and list(row["changes"])[0] == judged
         low, high = row["changes"]["total"]["interval"]
         assert 0 < low < high and 0 <= row["p_holm"] <= 1 and row["mde"] > 0.05
         assert row["repeats"] == [5, 5] and row["one_process"] is None

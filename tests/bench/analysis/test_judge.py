@@ -51,6 +51,23 @@ def test_same_only_when_the_whole_change_is_shown_inside_the_band():
     assert _judge([0.001, -0.002, 0.0, 0.001], band=0.02, **noisy)["outcome"][0] == 3
 
 
+def test_a_quiet_row_beyond_the_band_is_found_where_noisy_rows_leave_the_shift_undecided():
+    # a device-bound row (0.3% between processes) 5% slower beside 17 host-bound rows at 10%:
+    # the median of their changes is too wide to judge the quiet row against, its whole
+    # change is not (at ec83e06...6538a3d: undecided, INCONCLUSIVE)
+    process = np.array([0.003] + [0.10] * 17) ** 2
+    levels = dict(process_var=process, process_df=20.0, run_var=0.0, run_df=20.0,
+                  shift_var=0.0005**2, shift_df=20.0)  # fmt: skip
+    out = _judge([0.05] + [0.0] * 17, n=3, band=0.02, **levels)
+    assert out["tested"][0, 0] > 0.04 and not out["low"][0, 0] > math.log1p(0.02)
+    assert out["word"][0, 0] == judge.SLOWER and out["whole"][0, 0] and out["outcome"][0] == 1
+    assert out["shift"]["word"][0] == judge.UNDECIDED and not out["whole"][0, 1:].any()
+    # the whole run slower: its rows' whole changes are the shift's line, not theirs
+    moved = _judge([0.30] * 18, n=3, band=0.02, **dict(levels, process_var=0.003**2))
+    assert moved["shift"]["word"][0] == judge.SLOWER and not moved["whole"].any()
+    assert (moved["word"] == judge.UNDECIDED).all() or (moved["word"] == judge.SAME).all()
+
+
 def test_moderation_does_not_believe_three_quiet_repeats():
     """Three repeats whose spread happens to be tiny: the prior (the kind's process level,
     worth 20 df) keeps the variance near the kind's (the old Welch step took them alone)."""

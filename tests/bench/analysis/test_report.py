@@ -48,7 +48,9 @@ def test_the_report_states_the_noise_it_assumed_and_what_it_could_not_detect(opt
     best = min(row.detect.mde for row in cmp.counted)
     assert cmp.detectable == worst and best < worst
     summary = compare_report.summary(cmp)
-    assert summary.startswith("NOT REPRODUCED: 4 comparable rows: 1 faster, 3 undecided")
+    assert summary.startswith("NOT REPRODUCED: 4 comparable rows: 1 faster, 1 slower, 2 "
+                              "undecided")  # fmt: skip
+    assert "uvit slower (+65.0%)" in summary  # its whole change: the shift is undecided
     assert (f"could not detect a change of less than {worst:.0%} in every row ({best:.0%} in "
             "its best row)") in summary  # fmt: skip
     assert summary in text and "\nVerdict\n" in text  # text: no Markdown headings

@@ -29,9 +29,14 @@ def test_rows_of_mixed_noise_hold_the_goals_whatever_the_drift(regime, drift):
     assert null.not_reproduced <= ALLOWED, null
     three = simulate(regime, calibration.MIXED_RECORDS, THREE, 0.03, trials=TRIALS, drift=drift)
     assert three.reproduced <= ALLOWED, three  # a +3% change never passes as the same
-    if drift == 1.0:
-        five = simulate(regime, calibration.MIXED_RECORDS, THREE, 0.05, trials=TRIALS)
-        assert five.power >= 0.8, five  # a device-bound row 5% slower is found
+    # a device-bound row 5% slower is found: at 6538a3d 58% at 3x (the simulated history
+    # weighed rows 100x apart in noise alike, the quiet rows' run levels the noisy ones'),
+    # 2% at 10x (the median of rows ten times noisier too wide to judge it against). Where
+    # only 4 rows have history, 10x still falls short (75%: docs/calibration.md).
+    if drift <= 3.0 or regime is calibration.MIXED:
+        five = simulate(regime, calibration.MIXED_RECORDS, THREE, 0.05, trials=TRIALS,
+                        drift=drift)  # fmt: skip
+        assert five.power >= 0.8, five
 
 
 def test_one_repeat_off_is_named_and_never_called_a_change():

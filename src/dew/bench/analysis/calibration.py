@@ -263,9 +263,8 @@ def _held(run, ref, run_path: str, ref_path: str) -> Pair:
     tally: dict[str, int] = {}
     for row in cmp.counted:
         tally[row.verdict] = tally.get(row.verdict, 0) + 1
-    changed = [f"{row.label} {row.verdict} ("
-               + (f"{row.relative[0] - 1:+.1%} against the shift)" if row.relative
-                  else f"{row.difference.ratio - 1:+.1%})")
+    changed = [f"{row.label} {row.verdict} ({row.judged[0] - 1:+.1%}"
+               + (" against the shift)" if row.against_shift else ")")
                for row in cmp.counted
                if row.verdict in ("faster", "slower") and row.difference]  # fmt: skip
     if cmp.shift is not None and cmp.shift.word in ("faster", "slower"):

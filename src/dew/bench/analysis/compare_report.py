@@ -81,16 +81,10 @@ def changes(row: RowComparison, cmp: Comparison) -> dict[str, Any]:
         parts = {"total": whole, "against_shift": None}
     else:
         ratio, low, high = _directed(row.relative, rate)
-        parts = {"against_shift": {"ratio": ratio, "interval": [low, high]}, "total": whole}
+        against = {"ratio": ratio, "interval": [low, high]}
+        parts = ({"against_shift": against, "total": whole} if row.against_shift
+                 else {"total": whole, "against_shift": against})  # fmt: skip
     return {**parts, "median_ratio": row.ratios.get(cmp.timing)}
-
-
-def _judged(row: RowComparison) -> tuple[float, float, float]:
-    """The change the verdict judged (time direction): against the shift, else the total."""
-    if row.relative is not None:
-        return row.relative
-    diff = row.difference
-    return diff.ratio, diff.low, diff.high
 
 
 def _percent(fraction: float | None) -> str:
@@ -252,7 +246,7 @@ def summary(cmp: Comparison) -> str:
         line += "; " + "; ".join(
             f"{r.label} {r.verdict}"
             + (
-                f" ({_judged(r)[0] - 1:+.1%}{' against the shift' if r.relative else ''})"
+                f" ({r.judged[0] - 1:+.1%}{' against the shift' if r.against_shift else ''})"
                 if r.difference is not None
                 else ""
             )  # fmt: skip
@@ -310,8 +304,8 @@ def _verdict_line(cmp: Comparison) -> str:
     if cmp.outcome == judge.REPRODUCED:
         return f"Reproduced: every row within ±{band} of the reference."
     if cmp.outcome == judge.NOT_REPRODUCED:
-        changed = [f"{r.label} {r.verdict}" + (f" ({_judged(r)[0] - 1:+.0%}"
-                   f"{' against the rest' if r.relative else ''})" if r.difference else "")
+        changed = [f"{r.label} {r.verdict}" + (f" ({r.judged[0] - 1:+.0%}"
+                   f"{' against the rest' if r.against_shift else ''})" if r.difference else "")
                    for r in counted if r.changed]  # fmt: skip
         if cmp.shift is not None and cmp.shift.word in ("faster", "slower"):
             changed.insert(0, f"the whole run {cmp.shift.ratio - 1:+.0%}")
@@ -374,7 +368,7 @@ def row_json(row: RowComparison, cmp: Comparison) -> dict[str, Any]:
         "label": row.label,
         "run": getattr(row.run, cmp.timing) if row.run else None,
         "reference": getattr(row.reference, cmp.timing) if row.reference else None,
-        "judged": None if diff is None else "against_shift" if row.relative else "total",
+        "judged": None if diff is None else "against_shift" if row.against_shift else "total",
         "changes": changes(row, cmp),
         "repeats": list(diff.repeats) if diff else None,
         "p_holm": row.adjusted_p,

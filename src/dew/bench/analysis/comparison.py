@@ -67,6 +67,7 @@ class RowComparison:
     noise: Noise | None = None  # the levels it assumed
     why: str | None = None  # what an `undecided` lacks
     relative: tuple[float, float, float] | None = None  # against the shift: ratio, low, high
+    whole: bool = False  # its word is its whole change's (against the shift it was undecided)
     rounds: int | None = None  # interleaved rounds (nox -s ab) that would detect the target
     compiled: str | None = None  # same program | ..., other kernels | other program; None: unknown
     rate: bool = False  # its timing is a rate (samples/s): its ratios are shown inverted
@@ -76,6 +77,19 @@ class RowComparison:
     def counts(self) -> bool:
         """Whether this row decides the exit status."""
         return self.comparable and self.run is not None and self.reference is not None
+
+    @property
+    def against_shift(self) -> bool:
+        """Whether the change the verdict judged is the row's against the shift."""
+        return self.relative is not None and not self.whole
+
+    @property
+    def judged(self) -> tuple[float, float, float]:
+        """The change the verdict judged (time direction): ratio, low, high."""
+        if self.against_shift:
+            return self.relative
+        diff = self.difference
+        return diff.ratio, diff.low, diff.high
 
     @property
     def within_band(self) -> bool:
@@ -269,8 +283,8 @@ def decide(
     for row in tested:
         # The gate judges what the verdict judged: with a shift, a row's change against it,
         # which the host's drift (the same on every row) has already left; the shift's own
-        # line is gated below. Without one, the row's whole change.
-        if host is not None and shift is None and row.verdict in ("faster", "slower"):
+        # line is gated below. Otherwise the row's whole change.
+        if host is not None and not row.against_shift and row.verdict in ("faster", "slower"):
             diff = row.difference
             if not stats.beyond_drift(diff.low, diff.high, diff.ratio, host, band / 100):
                 row.verdict, row.why = "undecided", drift_why(host, diff, band / 100)
@@ -324,6 +338,7 @@ def _judge(tested: list[RowComparison], band: float, alpha: float, target: float
             row.relative = tuple(math.exp(float(out[key][0, k]))
                                  for key in ("tested", "low", "high"))  # fmt: skip
         row.verdict = judge.WORDS[int(out["word"][0, k])]
+        row.whole = shifted and bool(out["whole"][0, k])
         held = judge.WORDS[int(out["word_unbiased"][0, k])]
         row.why = None
         if row.verdict == "undecided":

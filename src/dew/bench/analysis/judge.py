@@ -17,8 +17,14 @@ the two sides' mean logs.
 - **A row's change**: relative to the shift, r = d − shift, against the row's own noise
   (process and its own run level). With fewer rows there is no shift: d itself, with the
   shared level added.
-- **Tests**: the shift and every row together under Holm-Bonferroni. `faster`/`slower`
-  when the 95% interval lies wholly beyond the band and the Holm p is under alpha.
+- **A row's whole change**: d with the shared level, tested too where there is a shift: a
+  row whose whole change lies beyond the band is not within it (where noisy rows leave the
+  median too wide to judge a quiet row against, its whole change still shows it), unless
+  the shift is faster or slower: then the whole run's change is the shift's line.
+- **Tests**: the shift, every row's change against it and every row's whole change together
+  under Holm-Bonferroni. `faster`/`slower` when the 95% interval lies wholly beyond the
+  band and the Holm p is under alpha: against the shift first, else the whole change
+  (`whole`: the word is the whole change's).
 - **Equivalence**: a row is `same` when the 1 − 2·alpha (90%) interval of its whole change d
   (the shared level included) lies inside the band: two one-sided tests at alpha (TOST).
   Every row must show it for REPRODUCED (an intersection-union test: no correction needed).
@@ -154,11 +160,12 @@ def judge_arrays(d, process_var, process_df, run_var, run_df, shift_var, shift_d
     the shift.
 
     Returns per row `word`, `total` (d and its low/high), `tested` (the relative change
-    judged and its low/high/p), `p_holm`, and `word_unbiased` (the words with no bias:
-    what the busy side held back); per trial the `shift` (estimate, low, high, p, word,
-    word_unbiased; NaN without one) and `outcome` (0 REPRODUCED, 1 NOT REPRODUCED, 3
-    INCONCLUSIVE). The intervals returned are the noise's alone, as the table shows them;
-    the words and p come from the widened ones."""
+    judged and its low/high/p), `p_holm` (the judged change's), `whole` (the word is the
+    whole change's: against the shift it was undecided), and `word_unbiased` (the words
+    with no bias: what the busy side held back); per trial the `shift` (estimate, low,
+    high, p, word, word_unbiased; NaN without one) and `outcome` (0 REPRODUCED, 1 NOT
+    REPRODUCED, 3 INCONCLUSIVE). The intervals returned are the noise's alone, as the table
+    shows them; the words and p come from the widened ones."""
     d = np.atleast_2d(np.asarray(d, dtype=float))
     trials, rows = d.shape
     limit = math.log1p(band)
@@ -186,6 +193,9 @@ def judge_arrays(d, process_var, process_df, run_var, run_df, shift_var, shift_d
     total_var, total_df = welch((own, own_df), (np.broadcast_to(shared, d.shape),
                                                 np.broadcast_to(shift_df, d.shape)))  # fmt: skip
     nan = np.full(trials, np.nan)
+    # without a shift the row's test is its whole change already
+    whole_word = whole_unbiased = np.full(d.shape, UNDECIDED)
+    whole_p = np.full(d.shape, np.nan)
     shift = {"estimate": nan, "low": nan, "high": nan, "p": nan, "word": np.full(trials, -1),
              "word_unbiased": np.full(trials, -1)}  # fmt: skip
     no_bias = np.zeros(d.shape)
@@ -204,24 +214,34 @@ def judge_arrays(d, process_var, process_df, run_var, run_df, shift_var, shift_d
                                                       np.broadcast_to(median_df[:, None],
                                                                       d.shape)))  # fmt: skip
 
-        def words(s_bias, bias):
+        def words(s_bias, bias, whole_bias):
             s_low, s_high, s_p = _test(middle, s_var, s_df, *s_bias)
             low, high, p = _test(tested, tested_var, tested_df, *bias)
-            adjusted = holm(np.concatenate([s_p[:, None], p], axis=1))
+            w_low, w_high, w_p = _test(d, total_var, total_df, *whole_bias)
+            adjusted = holm(np.concatenate([s_p[:, None], p, w_p], axis=1))
             s_word = _word(s_low, s_high, adjusted[:, 0], alpha, limit)
             s_same = _inside(middle, s_var, s_df, limit, alpha, *s_bias)
             s_word = np.where(s_word == UNDECIDED, np.where(s_same, SAME, UNDECIDED), s_word)
-            return (s_low, s_high, adjusted[:, 0], s_word), (low, high, adjusted[:, 1:])
+            w_p = adjusted[:, 1 + rows :]
+            return ((s_low, s_high, adjusted[:, 0], s_word),
+                    (low, high, adjusted[:, 1 : 1 + rows]),
+                    (_word(w_low, w_high, w_p, alpha, limit), w_p))  # fmt: skip
 
         # a row's change against the shift is wrong by its own sides' bias and the
-        # median's: a busy side on other rows moves the shift it is judged against
-        unbiased_words = words((0.0, 0.0), (no_bias, no_bias))
-        (_, _, s_p, s_word), (low, high, p_adjusted) = (
-            words((s_down, s_up), (run_bias + s_up[:, None], ref_bias + s_down[:, None]))
+        # median's: a busy side on other rows moves the shift it is judged against; its
+        # whole change by its own sides' alone
+        unbiased_words = words((0.0, 0.0), (no_bias, no_bias), (no_bias, no_bias))
+        (_, _, s_p, s_word), (low, high, p_adjusted), (whole_word, whole_p) = (
+            words(
+                (s_down, s_up),
+                (run_bias + s_up[:, None], ref_bias + s_down[:, None]),
+                (run_bias, ref_bias),
+            )
             if biased
             else unbiased_words
         )
-        (s_low, s_high, _, s_unbiased), (u_low, u_high, u_p) = unbiased_words
+        (s_low, s_high, _, s_unbiased), (u_low, u_high, u_p), (whole_unbiased, _) = (
+            unbiased_words)  # fmt: skip
         shift = {"estimate": middle, "low": s_low, "high": s_high, "p": s_p, "word": s_word,
                  "word_unbiased": s_unbiased}  # fmt: skip
     else:
@@ -234,12 +254,28 @@ def judge_arrays(d, process_var, process_df, run_var, run_df, shift_var, shift_d
             p_adjusted = holm(p)
     total = (d, total_var, total_df, limit, alpha)
     word = _word(low, high, p_adjusted, alpha, limit)
+
+    # a whole change the shift already tells (the whole run faster or slower) is not the
+    # row's; nor one its row does not lie apart from the rest in (its change against the
+    # shift the other way): the shift's own noise then made it
+    def whole_of(words, shift_words):
+        moved = np.isin(shift_words, (FASTER, SLOWER))[:, None]
+        apart = np.where(words == SLOWER, tested > 0, tested < 0)
+        return (words != UNDECIDED) & apart & ~moved
+
+    whole = (word == UNDECIDED) & whole_of(whole_word, shift["word"])
+    word = np.where(whole, whole_word, word)
+    p_adjusted = np.where(whole, whole_p, p_adjusted)
     inside = _inside(*total, run_bias, ref_bias)
     word = np.where(word == UNDECIDED, np.where(inside, SAME, UNDECIDED), word)
     unbiased = _word(u_low, u_high, u_p, alpha, limit)
+    unbiased = np.where(
+        (unbiased == UNDECIDED) & whole_of(whole_unbiased, shift["word_unbiased"]),
+        whole_unbiased, unbiased)  # fmt: skip
     unbiased = np.where(unbiased == UNDECIDED, np.where(_inside(*total), SAME, UNDECIDED),
                         unbiased)  # fmt: skip
     word = np.where(decidable, word, UNDECIDED)
+    whole &= decidable
     unbiased = np.where(decidable, unbiased, UNDECIDED)
     changed = np.any((word == FASTER) | (word == SLOWER), axis=1)
     changed |= np.isin(shift["word"], (FASTER, SLOWER))
@@ -251,7 +287,8 @@ def judge_arrays(d, process_var, process_df, run_var, run_df, shift_var, shift_d
             "tested": tested, "low": u_low, "high": u_high,
             "tested_var": tested_var if rows >= MIN_ROWS_FOR_SHIFT else total_var,
             "tested_df": tested_df if rows >= MIN_ROWS_FOR_SHIFT else total_df,
-            "p_holm": p_adjusted, "shift": shift, "outcome": outcome}  # fmt: skip
+            "p_holm": p_adjusted, "whole": whole, "shift": shift,
+            "outcome": outcome}  # fmt: skip
 
 
 def paired_arrays(logs, *, band: float, alpha: float) -> dict[str, np.ndarray]:

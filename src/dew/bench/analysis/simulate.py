@@ -6,10 +6,10 @@ run level (the same share of its process level for every row) and the whole run'
 A cell simulates `trials` comparisons in it:
 
 - **the history**: `records` A/A records of every row (or of the first `history_rows`),
-  fitted as dew.bench.analysis.levels.history fits them (balanced here, where its additive fit is
-  the rows' and records' means): the kind's levels by judge.component, each row's process
-  level by dew.bench.analysis.levels.spread, its run level by history.row_run; with no records,
-  the platform's prior (noise.prior);
+  fitted as dew.bench.analysis.levels.fit fits them (balanced here, where its additive fit,
+  each cell weighed by its row's precision, takes one pass): the kind's levels by
+  fit.component, each row's process level by dew.bench.analysis.levels.spread, its run
+  level by fit.row_run; with no records, the platform's prior (noise.prior);
 - **two records** of n repeats a side (`Design`), with the truth moved by `drift` (today's
   levels that many times the history's), one row (the quietest) `change` slower, one
   repeat of the second row `outlier` off, and a busy side (`Busy`): rows made slower by
@@ -106,14 +106,20 @@ def history_levels(rng, regime: Regime, records: int, trials: int) -> dict[str, 
     own = np.var(logs, axis=-1, ddof=1).mean(axis=1)  # each row's, [trials, seen]
     own_df = float(records * (n - 1))
     process, process_df = own.mean(axis=1), records * seen * (n - 1)
-    means = logs.mean(axis=-1)
-    a = means.mean(axis=2, keepdims=True) - means.mean(axis=(1, 2), keepdims=True)
-    residual = means - a - means.mean(axis=1, keepdims=True)
+    means = logs.mean(axis=-1)  # [trials, records, rows]
+    # fit_group's additive fit, each cell weighed by its row's precision (n / own): with
+    # every cell present one pass of its alternating means is exact
+    weight = n / own * fit.inverse_bias(own_df)
+    centre = means.mean(axis=1, keepdims=True)
+    a = (np.sum(weight[:, None, :] * (means - centre), axis=2, keepdims=True)
+         / weight.sum(axis=1)[:, None, None])  # fmt: skip
+    residual = means - a - centre
     df_e = (records - 1) * (seen - 1)
-    ms_e = np.sum(residual**2, axis=(1, 2)) / df_e
-    run, run_df, floor = fit.component(ms_e, df_e, process / n, process_df)
+    ms_w = np.sum(weight[:, None, :] * residual**2, axis=(1, 2)) / df_e
+    unit = process / n
+    run, run_df, floor = fit.component(ms_w * unit, df_e, unit, process_df)
     between = np.var(a[:, :, 0], axis=1, ddof=1)
-    shift, shift_df, _ = fit.component(between, records - 1, ms_e / seen, df_e)
+    shift, shift_df, _ = fit.component(between, records - 1, ms_w / weight.sum(axis=1), df_e)
     own_run = np.sum(residual**2, axis=1) / (df_e / seen) - own / n
     s0, d0 = spread.fit_spread(own, own_df)
     post, post_df = spread.posterior(own, own_df, s0[:, None], d0[:, None])

@@ -187,9 +187,14 @@ def fit_group(members: Sequence[tuple[str, dict]], fit: KindFit) -> None:
     # each cell weighed by its mean's precision under its own row's process level: rows 100x
     # apart in noise (a host-bound row beside a device-bound one) would otherwise fill the
     # residuals, and so the run level and the shift of every row, with the noisy rows' noise
-    own = {lab: processes[lab].var if processes[lab].df > 0 and processes[lab].var > 0
-           else process for lab in labels}  # fmt: skip
-    weight = {key: 1 / max(own[key[1]] * inverse_n[key], 1e-30) for key in means}
+    mine = {lab: processes[lab] if processes[lab].df > 0 and processes[lab].var > 0 else group
+            for lab in labels}  # fmt: skip
+    own = {lab: mine[lab].var for lab in labels}
+    # 1/s² overstates 1/σ² by df/(df − 2), which would add to the run level; taken out
+    # where 1/s² has a variance at all (df > 4), else the weights stay as read (a level
+    # too large, never too small)
+    unbiased = {lab: inverse_bias(mine[lab].df) for lab in labels}
+    weight = {key: unbiased[key[1]] / max(own[key[1]] * inverse_n[key], 1e-30) for key in means}
     a = dict.fromkeys(records, 0.0)
     c = {label: float(np.mean([m for (_, lab), m in means.items() if lab == label]))
          for label in labels}  # fmt: skip
@@ -205,11 +210,13 @@ def fit_group(members: Sequence[tuple[str, dict]], fit: KindFit) -> None:
     residual = {key: m - a[key[0]] - c[key[1]] for key, m in means.items()}
     df_e = len(means) - len(records) - len(labels) + 1
     if df_e > 0:
-        # in each cell's own units the residuals' mean square is 1 + the run level times the
-        # cell's weight: the run level is that excess over the mean weight
-        scale = float(np.mean(list(weight.values())))
+        # in each cell's own units the residuals' mean square is 1 + the run level over the
+        # variance of the cell's mean; a run level that keeps its ratio to its row's process
+        # level (row_levels' model) is the same excess in every cell, read here at the
+        # group's process level and mean cell (`unit`), the level row_levels scales per row
+        unit = process * float(np.mean(list(inverse_n.values())))
         ms_w = sum(weight[k] * e * e for k, e in residual.items()) / df_e
-        fit.run.add(ms_w / scale, df_e, 1 / scale, group.df)
+        fit.run.add(ms_w * unit, df_e, unit, group.df)
         for lab in labels:
             mine = [key for key in residual if key[1] == lab]
             df_k = df_e * len(mine) / len(means)
@@ -226,6 +233,14 @@ def fit_group(members: Sequence[tuple[str, dict]], fit: KindFit) -> None:
         share = process * float(np.mean(list(inverse_n.values())))
         fit.shift.add(between, len(records) - 1, share, group.df)
     fit.records.append(sorted(members[r][0] for r in records))
+
+
+def inverse_bias(df):
+    """(df − 2) / df, what 1/s² over df degrees of freedom is multiplied by to read 1/σ² on
+    average, where its variance is finite (df > 4); else 1."""
+    df = np.asarray(df, dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(df > 4, (df - 2) / df, 1.0)
 
 
 def _weighted(values: list[float], weights: list[float]) -> float:
