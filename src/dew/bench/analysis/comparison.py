@@ -86,10 +86,8 @@ class RowComparison:
     @property
     def judged(self) -> tuple[float, float, float]:
         """The change the verdict judged (time direction): ratio, low, high."""
-        if self.against_shift:
-            return self.relative
         diff = self.difference
-        return diff.ratio, diff.low, diff.high
+        return self.relative if self.against_shift else (diff.ratio, diff.low, diff.high)
 
     @property
     def within_band(self) -> bool:
