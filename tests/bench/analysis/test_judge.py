@@ -68,6 +68,23 @@ def test_a_quiet_row_beyond_the_band_is_found_where_noisy_rows_leave_the_shift_u
     assert (moved["word"] == judge.UNDECIDED).all() or (moved["word"] == judge.SAME).all()
 
 
+def test_one_process_a_side_reads_the_rows_spread_as_the_hosts_noise():
+    process = np.geomspace(0.0005, 0.05, 18) ** 2
+    levels = dict(process_var=process, process_df=20.0, run_var=0.0, run_df=20.0,
+                  shift_var=0.0001**2, shift_df=20.0)  # fmt: skip
+    d = np.random.default_rng(7).normal(0, 1, (400, 18)) * np.sqrt(2 * process)
+    calm = judge.judge_arrays(d, n_run=1, n_ref=1, band=0.02, alpha=0.05, **levels)
+    assert np.mean(calm["spread"] > 1) <= 0.1  # at its own noise: believed as it is
+    noisy = judge.judge_arrays(3 * d, n_run=1, n_ref=1, band=0.02, alpha=0.05, **levels)
+    assert np.median(noisy["spread"]) == pytest.approx(9, rel=0.35)
+    assert np.mean(noisy["outcome"] == 1) <= 0.05  # at 6538a3d: 0.8 and more
+    # with repeats the rows' own spread says it (row_noise.moderated): no factor here
+    three = judge.judge_arrays(3 * d, n_run=3, n_ref=3, band=0.02, alpha=0.05, **levels)
+    assert (three["spread"] == 1).all()
+    shift = judge.Shift(1.0, 0.99, 1.01, 0.5, "undecided", spread=9.0)
+    assert "spread 9x (in variance) what their noise allows" in shift.line(0.0001)
+
+
 def test_moderation_does_not_believe_three_quiet_repeats():
     """Three repeats whose spread happens to be tiny: the prior (the kind's process level,
     worth 20 df) keeps the variance near the kind's (the old Welch step took them alone)."""

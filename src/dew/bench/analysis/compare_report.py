@@ -407,7 +407,7 @@ def as_json(cmp: Comparison) -> dict[str, Any]:
         "detectable": cmp.detectable,
         "shift": None if cmp.shift is None else {
             "ratio": cmp.shift.ratio, "interval": [cmp.shift.low, cmp.shift.high],
-            "p_holm": cmp.shift.p_holm, "verdict": cmp.shift.word,
+            "p_holm": cmp.shift.p_holm, "verdict": cmp.shift.word, "spread": cmp.shift.spread,
         },
         "noise": None if noise is None else {
             "process": noise.process, "process_df": _finite(noise.process_df),

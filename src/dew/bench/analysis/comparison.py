@@ -363,7 +363,7 @@ def _judge(tested: list[RowComparison], band: float, alpha: float, target: float
                "have done")  # fmt: skip
     return judge.Shift(math.exp(float(sh["estimate"][0])), math.exp(float(sh["low"][0])),
                        math.exp(float(sh["high"][0])), None if math.isnan(p) else p, word,
-                       why)  # fmt: skip
+                       why, float(out["spread"][0]))  # fmt: skip
 
 
 def _decidable(noises, n_run, n_ref) -> np.ndarray:

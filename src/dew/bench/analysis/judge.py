@@ -49,7 +49,7 @@ import math
 import numpy as np
 
 from dew import platforms
-from dew.bench.analysis.levels.row_noise import median_variance
+from dew.bench.analysis.levels.row_noise import median_variance, rows_spread
 from dew.bench.analysis.stats import CONFIDENCE
 from dew.bench.analysis.tables import level
 from dew.bench.analysis.tails import norm_ppf, t_ppf, t_sf
@@ -184,6 +184,11 @@ def judge_arrays(d, process_var, process_df, run_var, run_df, shift_var, shift_d
     own, own_df = welch((process, moved_df),
                         (np.broadcast_to(2 * np.asarray(run_var), d.shape),
                          np.broadcast_to(run_df, d.shape)))  # fmt: skip
+    # one process a side: only the rows' spread can show a host noisier than its history
+    spread = np.ones(trials)
+    if np.all(np.asarray(n_run) == 1) and np.all(np.asarray(n_ref) == 1):
+        spread = rows_spread(d, own, decidable)
+        own = own * spread[:, None]
     shared = np.broadcast_to(
         2 * np.asarray(shift_var, dtype=float).reshape(-1, 1)
         if np.ndim(shift_var)
@@ -287,7 +292,7 @@ def judge_arrays(d, process_var, process_df, run_var, run_df, shift_var, shift_d
             "tested": tested, "low": u_low, "high": u_high,
             "tested_var": tested_var if rows >= MIN_ROWS_FOR_SHIFT else total_var,
             "tested_df": tested_df if rows >= MIN_ROWS_FOR_SHIFT else total_df,
-            "p_holm": p_adjusted, "whole": whole, "shift": shift,
+            "p_holm": p_adjusted, "whole": whole, "shift": shift, "spread": spread,
             "outcome": outcome}  # fmt: skip
 
 
@@ -376,6 +381,7 @@ class Shift:
     p_holm: float | None
     word: str  # faster | slower | same | undecided
     why: str | None = None  # what a gate made undecided (a busy host, the host's drift)
+    spread: float = 1.0  # the rows' noise read this much wider (row_noise.rows_spread)
 
     def line(self, shift_level: float) -> str:
         change = self.ratio - 1
@@ -385,10 +391,14 @@ class Shift:
             "faster": "beyond", "slower": "beyond", "same": "within",
             "undecided": "not shown beyond or within",
         }[self.word]  # fmt: skip
+        wider = (f"; with one process a side the rows' changes spread {self.spread:.3g}x (in "
+                 "variance) what their noise allows: every row's noise read that much wider "
+                 "(a host noisier than its history)")  # fmt: skip
         return (f"the whole run is {size} (the median of the rows' ratios, "
                 f"{self.ratio:.3f} [{self.low:.3f}, {self.high:.3f}]): {where} the band and "
                 f"this host's run-to-run shift ({level(shift_level)}); shift {self.word}"
-                + (f" ({self.why})" if self.why else ""))  # fmt: skip
+                + (f" ({self.why})" if self.why else "")
+                + (wider if self.spread > 1 else ""))  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)

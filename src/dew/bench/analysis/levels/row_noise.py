@@ -4,7 +4,8 @@ its run level moved with it, and the variance of the median the rows' shift is.
 - `moderated`: the two sides' repeats pooled and shrunk toward the row's prior (limma's
   moderated variance), the prior believed only as far as today's repeats allow;
 - `scaled_run`: a row's run level, kept at its history's ratio to the process level;
-- `median_variance`: the median of rows 100x apart in noise, by fixed draws.
+- `median_variance`: the median of rows 100x apart in noise, by fixed draws;
+- `rows_spread`: with one process a side, how much wider than their noise the rows spread.
 
 Vectorized over leading axes of trials, so the calibration's simulation
 (dew.bench.analysis.simulate) runs what compare runs (dew.bench.analysis.comparison).
@@ -91,3 +92,35 @@ def median_variance(var, df) -> tuple[np.ndarray, np.ndarray]:
         medians = np.median(sd[start : start + step, None, :] * z, axis=-1)
         out[start : start + step] = np.mean(medians**2, axis=-1)  # the median's centre is 0
     return out.reshape(var.shape[:-1]), np.min(np.asarray(df, dtype=float), axis=-1)
+
+
+SPREAD_ALPHA = 0.05  # rows this improbably spread under their noise widen it (rows_spread)
+# fewer rows: a change in one of them moves their median |z| as a drift would, and the
+# calibration's 4-row regimes lose power to it
+MIN_ROWS_FOR_SPREAD = 8
+
+
+def rows_spread(d, own_var, decidable) -> np.ndarray:
+    """How much wider than their noise the [..., rows] changes d spread about their median,
+    as a variance factor per trial (>= 1): with one process a side no row's repeats can say
+    that today's host is noisier than its history, but the rows together can. The scale is
+    robust (the median |z| of the decidable rows, so a change in fewer than half of them
+    does not read as one); it is believed where the rows spread more than chance allows
+    them at SPREAD_ALPHA (by fixed draws of as many standard normals, each less their
+    median), and then the noise is read at that scale: (median |z| / its median by chance)²."""
+    d, own_var = np.atleast_2d(d), np.atleast_2d(own_var)
+    decidable = np.broadcast_to(decidable, d.shape)
+    factor = np.ones(d.shape[0])
+    k = int(decidable[0].sum())
+    if k < MIN_ROWS_FOR_SPREAD or not (decidable == decidable[:1]).all():
+        return factor
+    z = np.random.default_rng([MEDIAN_SEED, k]).standard_normal((MEDIAN_DRAWS, k))
+    chance = np.median(np.abs(z - np.median(z, axis=1, keepdims=True)), axis=1)
+    typical, limit = np.quantile(chance, [0.5, 1 - SPREAD_ALPHA])
+    rows = d[:, decidable[0]]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        centred = rows - np.median(rows, axis=1, keepdims=True)
+        scaled = centred / np.sqrt(own_var[:, decidable[0]])
+        seen = np.median(np.abs(scaled), axis=1)
+    wide = np.isfinite(seen) & (seen > limit)
+    return np.where(wide, (seen / typical) ** 2, factor)
