@@ -336,7 +336,7 @@ def _judge(tested: list[RowComparison], band: float, alpha: float, target: float
             row.relative = tuple(math.exp(float(out[key][0, k]))
                                  for key in ("tested", "low", "high"))  # fmt: skip
         row.verdict = judge.WORDS[int(out["word"][0, k])]
-        row.whole = shifted and bool(out["whole"][0, k])
+        row.whole = bool(out["whole"][0, k])  # never without a shift (judge_arrays)
         held = judge.WORDS[int(out["word_unbiased"][0, k])]
         row.why = None
         if row.verdict == "undecided":

@@ -187,13 +187,13 @@ def fit_group(members: Sequence[tuple[str, dict]], fit: KindFit) -> None:
     # each cell weighed by its mean's precision under its own row's process level: rows 100x
     # apart in noise (a host-bound row beside a device-bound one) would otherwise fill the
     # residuals, and so the run level and the shift of every row, with the noisy rows' noise
-    mine = {lab: processes[lab] if processes[lab].df > 0 and processes[lab].var > 0 else group
-            for lab in labels}  # fmt: skip
-    own = {lab: mine[lab].var for lab in labels}
+    row_process = {lab: processes[lab] if processes[lab].df > 0 and processes[lab].var > 0
+                   else group for lab in labels}  # fmt: skip
+    own = {lab: row_process[lab].var for lab in labels}
     # 1/s² overstates 1/σ² by df/(df − 2), which would add to the run level; taken out
     # where 1/s² has a variance at all (df > 4), else the weights stay as read (a level
     # too large, never too small)
-    unbiased = {lab: inverse_bias(mine[lab].df) for lab in labels}
+    unbiased = {lab: inverse_bias(row_process[lab].df) for lab in labels}
     weight = {key: unbiased[key[1]] / max(own[key[1]] * inverse_n[key], 1e-30) for key in means}
     a = dict.fromkeys(records, 0.0)
     c = {label: float(np.mean([m for (_, lab), m in means.items() if lab == label]))
