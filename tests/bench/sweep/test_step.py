@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import time
 
 import jax
 import jax.numpy as jnp
@@ -52,6 +53,22 @@ def test_time_steps_threads_state_through_warmup_and_both_windows():
     assert float(metrics["train/loss"]) == 30.0
     assert len(timings.synced_ms) == 4
     assert timings.ms_per_step > 0 and min(timings.synced_ms) > 0
+
+
+def test_the_synced_window_spans_a_second_or_its_steps_never_under_twenty():
+    assert timing.synced_steps(100, 5.0) == 100  # 0.5 s: all of them
+    assert timing.synced_steps(100, 40.0) == 25  # a second's worth
+    assert timing.synced_steps(100, 65.0) == 20  # never fewer than twenty
+    assert timing.synced_steps(4, 500.0) == 4  # nor more than the steps asked for
+    slept = []
+
+    def slow(state, batch):  # 60 ms a step: the dispatch window reads >= 60 ms/step
+        time.sleep(0.06)
+        slept.append(1)
+        return state + batch, {}
+
+    _, _, timings = timing.time_steps(slow, 0, 1, steps=30, warmup=0)
+    assert len(timings.synced_ms) == 20 and len(slept) == 30 + 20
 
 
 def test_the_objects_alive_before_the_windows_are_frozen_through_them_and_only_then():

@@ -2,15 +2,21 @@
 
 warmup (untimed) -> dispatch window: `steps` steps back to back, one block at the end,
 divided by `steps` (ms/step: what a training loop that dispatches ahead sees) -> synced
-window of the same length, a block after every step (one time per step: p10/p50/p90), in
-which each step call's own return is timed too: the host's cost of issuing a step with the
-device's queue empty (host_ms), which says how much of a step's time is the host's.
+window, a block after every step (one time per step: p10/p50/p90), in which each step
+call's own return is timed too: the host's cost of issuing a step with the device's queue
+empty (host_ms), which says how much of a step's time is the host's.
+
+The synced window is `steps` long where that spans SYNCED_SPAN_S or less at the dispatch
+window's pace, else cut to what spans it, never below SYNCED_MIN_STEPS: its figures are
+percentiles and a median, which 20 steps or a second of them settle, and on a slow row the
+other 80 steps were most of the case's time (a 65 ms step: 6.5 s of 13).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import gc
+import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -18,6 +24,9 @@ from typing import Any
 import numpy as np
 
 from dew.bench.runtime.phases import PhaseClock
+
+SYNCED_SPAN_S = 1.0  # the synced window's length in time, where `steps` would be longer
+SYNCED_MIN_STEPS = 20  # never fewer (or `steps`, where that is fewer)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,7 +106,7 @@ def _windows(step, state, batch, steps: int, on_step) -> tuple[Any, Any, Timings
     ms_per_step = elapsed * 1e3 / steps
 
     synced, issued = [], []
-    for _ in range(steps):
+    for _ in range(synced_steps(steps, ms_per_step)):
         start = time.perf_counter()
         state, metrics = step(state, batch)
         returned = time.perf_counter()
@@ -106,3 +115,12 @@ def _windows(step, state, batch, steps: int, on_step) -> tuple[Any, Any, Timings
         issued.append((returned - start) * 1e3)
         on_step(metrics)
     return state, metrics, Timings(ms_per_step, tuple(synced), float(np.median(issued)), cores)
+
+
+def synced_steps(steps: int, ms_per_step: float) -> int:
+    """The synced window's steps: `steps`, cut to what spans SYNCED_SPAN_S at `ms_per_step`
+    but never below SYNCED_MIN_STEPS (nor above `steps`)."""
+    if ms_per_step <= 0:
+        return steps
+    spanning = math.ceil(SYNCED_SPAN_S * 1e3 / ms_per_step)
+    return min(steps, max(SYNCED_MIN_STEPS, spanning))
