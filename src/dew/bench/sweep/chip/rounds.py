@@ -3,13 +3,12 @@
 A round runs on the step benchmark's one scheduler (dew.bench.sweep.waves: its compile
 stage, its time stage), HeldChip the strategy that says how a case compiles and where its
 program waits. A round: the cases not compiled yet compiled side by side without the chip
-(compile_job, up to --compile-jobs at once while the host's memory holds another, the
-longest first by the records' compile times: compile_order), each program saved in a
-folder; then one fresh process holding the chip loads the round's programs side by side
-and times its cases one after another (holder), ordered by the peaks read so far so that
-each row's peak is its own. A holder that dies fails the case it was timing and a new one
-takes the rest. Every wait has a deadline (dew.bench.sweep.settings.case_deadlines); every
-message is typed (messages).
+(compile_job, up to --compile-jobs at once while the host's memory holds another, in the
+preset's order), each program saved in a folder; then one fresh process holding the chip
+loads the round's programs side by side and times its cases one after another (holder),
+ordered by the peaks read so far so that each row's peak is its own. A holder that dies
+fails the case it was timing and a new one takes the rest. Every wait has a deadline
+(dew.bench.sweep.settings.case_deadlines); every message is typed (messages).
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ from dew.bench.runtime import protocol
 from dew.bench.runtime.progress import SilentProgress
 from dew.bench.sweep import waves
 from dew.bench.sweep.case_run import make_row
-from dew.bench.sweep.chip import compile_job, compile_order, holder
+from dew.bench.sweep.chip import compile_job, holder
 from dew.bench.sweep.chip.messages import Compiled, Opened, Timed
 from dew.bench.sweep.presets import Case
 from dew.bench.sweep.run_record import Result
@@ -91,11 +90,11 @@ class HeldChip:
             else:
                 ready.append(waves.Waiting(position, case, fields, 0.0))
         if pending:
+            # The preset's order, not the longest first: a TPU compile slows with the compiles
+            # beside it, the long ones most (on a v5e the 8 longest of the small preset took
+            # 276-373 s side by side, 144-326 s each beside short ones: results/runs/
+            # 20261207T210918Z-small-small1-tpu-v5e-9e13d79 against ...120807Z-...-a1819e0).
             jobs = self.options.compile_jobs or 1
-            if jobs > 1 and len(pending) > jobs:  # the stage's tail is the late long ones
-                options = self.options
-                seconds = compile_order.measured(self.topology, options.preset, options.dtype)
-                pending = compile_order.longest_first(pending, seconds)
             stage = waves.compile_stage(pending, self, jobs, len(pending), self.progress)
             ready += yield from stage
         order = {position: index for index, (position, _) in enumerate(todo)}
