@@ -11,13 +11,13 @@ the newest figure of each plain case) that fit, cheapest first (`choose`), each 
     repeats x (compile_s + PER_REPEAT_S + (warmup + 3 x steps + GPU_WINDOW_STEPS) x ms/step)
 
 from the published compile_s and ms/step (the dispatch, synced and GPU windows run the
-steps; PER_REPEAT_S is a process's trace, lower, FLOP count and init), after STEP_FIXED_S
-for the tool's own start (device probe, environment, idle check). The published figures
-are the RTX 4080's: a faster card costs less, so the estimate errs on the safe side. On
-CUDA one case more comes first, the cheapest published architecture with
-attention_impl cudnn: the fused attention path, which only a GPU runs. Cases without
-published figures (the architectures the tables have no row for, the MoE case) are left
-out, each with why.
+steps at most: a slow row's synced window is cut to a second; PER_REPEAT_S is a process's
+trace, lower, FLOP count and init), after STEP_FIXED_S for the tool's own start (device
+probe, environment, idle check). The published figures are the RTX 4080's: a faster card
+costs less, so the estimate errs on the safe side. On CUDA one case more comes first, the
+cheapest published architecture with attention_impl cudnn: the fused attention path, which
+only a GPU runs. Cases without published figures (the architectures the tables have no row
+for, the MoE case) are left out, each with why.
 """
 
 from __future__ import annotations
