@@ -32,7 +32,7 @@ import numpy as np
 
 from dew.bench.analysis.kinds import KINDS
 from dew.bench.analysis.levels import spread
-from dew.bench.analysis.levels.history_records import _figures
+from dew.bench.analysis.levels.history_records import _figures, once
 from dew.bench.analysis.levels.row_noise import PRIOR_DF
 from dew.bench.common.files import RESULTS_ROOT
 from dew.bench.record.stack import stack_identity
@@ -72,6 +72,11 @@ def row_label(row: dict, kind: str) -> str:
     from dew.bench.record.schema import ROW_MODELS
 
     return ROW_MODELS[kind].model_validate(row).label()
+
+
+def _labels(record: dict) -> list[str | None]:
+    """The labels of a record's rows that have figures (None for the others)."""
+    return [row_label(row, record["kind"]) if _figures(row) else None for row in record["rows"]]
 
 
 def identity(record: dict) -> str:
@@ -157,10 +162,9 @@ def fit_group(members: Sequence[tuple[str, dict]], fit: KindFit) -> None:
     """Add one group of A/A records to its kind's fit (see the module docstring)."""
     cells: dict[tuple[int, str], np.ndarray] = {}
     for r, (_, record) in enumerate(members):
-        for row in record["rows"]:
+        for row, label in zip(record["rows"], once(record, "labels", _labels), strict=True):
             figures = _figures(row)
             if figures:
-                label = row_label(row, record["kind"])
                 cells[(r, label)] = np.log(np.asarray(figures, dtype=float))
     seen: dict[str, int] = {}
     for _, label in cells:
@@ -198,15 +202,18 @@ def fit_group(members: Sequence[tuple[str, dict]], fit: KindFit) -> None:
     a = dict.fromkeys(records, 0.0)
     c = {label: float(np.mean([m for (_, lab), m in means.items() if lab == label]))
          for label in labels}  # fmt: skip
+    # each record's cells and each row's, with their weights, found once, not per iteration
+    of_record = {r: [(r, lab) for lab in labels if (r, lab) in means] for r in records}
+    of_row = {lab: [(r, lab) for r in records if (r, lab) in means] for lab in labels}
+    weights = {key: [weight[k] for k in mine] for key, mine in (*of_record.items(),
+                                                                 *of_row.items())}  # fmt: skip
     for _ in range(50):  # the additive fit m = a_record + c_row, by alternating weighted means
-        for r in records:
-            mine = [(r, lab) for lab in labels if (r, lab) in means]
-            a[r] = _weighted([means[k] - c[k[1]] for k in mine], [weight[k] for k in mine])
+        for r, mine in of_record.items():
+            a[r] = _weighted([means[k] - c[k[1]] for k in mine], weights[r])
         centre = float(np.mean(list(a.values())))
         a = {r: v - centre for r, v in a.items()}
-        for lab in labels:
-            mine = [(r, lab) for r in records if (r, lab) in means]
-            c[lab] = _weighted([means[k] - a[k[0]] for k in mine], [weight[k] for k in mine])
+        for lab, mine in of_row.items():
+            c[lab] = _weighted([means[k] - a[k[0]] for k in mine], weights[lab])
     residual = {key: m - a[key[0]] - c[key[1]] for key, m in means.items()}
     df_e = len(means) - len(records) - len(labels) + 1
     if df_e > 0:

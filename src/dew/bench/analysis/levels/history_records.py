@@ -13,13 +13,16 @@ from __future__ import annotations
 import functools
 import json
 import math
-from collections.abc import Iterable
+import os
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TypeVar
 
 from dew.bench.analysis.kinds import KINDS
 from dew.bench.common.files import RESULTS_ROOT, file_stamp
 
 SKIPPED_DIRS = {"schema", "site"}
+T = TypeVar("T")
 
 
 def _figures(row: dict, *, failed_too: bool = False) -> list[float]:
@@ -37,9 +40,18 @@ def _figures(row: dict, *, failed_too: bool = False) -> list[float]:
 
 
 def walk(directory: Path) -> list[Path]:
-    """The JSON files under `directory` at any depth (its schema/ and site/ aside), sorted."""
-    paths = sorted(directory.rglob("*.json")) if directory.is_dir() else []
-    return [p for p in paths if not SKIPPED_DIRS & set(p.relative_to(directory).parts)]
+    """The JSON files under `directory` at any depth (its schema/ and site/ aside), sorted
+    as paths sort (part by part), links to folders not followed (as rglob walks them)."""
+    # os.walk with the skipped folders pruned, not rglob then a filter: a comparison walks
+    # results/ once per history it fits (the calibration: once per pair), and pathlib's
+    # rglob, relative_to and sorting of Path objects cost seven times this
+    if not directory.is_dir():
+        return []
+    found = []
+    for top, dirs, files in os.walk(directory):
+        dirs[:] = [name for name in dirs if name not in SKIPPED_DIRS]
+        found += [os.path.join(top, name) for name in (*dirs, *files) if name.endswith(".json")]
+    return [Path(name) for name in sorted(found, key=lambda name: name.split("/"))]
 
 
 def read(directory: Path, exclude: Iterable[Path] = ()) -> list[tuple[str, dict]]:
@@ -57,6 +69,27 @@ def read_paths(paths: Iterable[Path], exclude: Iterable[Path] = ()) -> list[tupl
 # A file's parse, kept while the file stays as it was (files.file_stamp): a calibration or a
 # test reads the same few hundred records once per pair it compares. Read only, never changed.
 _PARSED: dict[Path, tuple[tuple[int, int, int], tuple[str, dict] | None]] = {}
+
+
+# What is read off a parsed record, once asked for, by the record's identity (a record
+# `parse` keeps, read only): a history is fitted and left out of once per comparison, and a
+# calibration compares hundreds of pairs of the same records (held: leave_out; the rows'
+# labels, a pydantic validation each: fit.fit_group).
+_KEPT: dict[int, tuple[dict, dict]] = {}
+
+
+def once(record: dict, what: str, compute: Callable[[dict], T]) -> T:
+    """compute(record), kept under `what` for a record `parse` keeps; computed for another."""
+    kept = _KEPT.get(id(record))
+    if kept is None or kept[0] is not record:
+        return compute(record)
+    if what not in kept[1]:
+        kept[1][what] = compute(record)
+    return kept[1][what]
+
+
+def _held_once(record: dict) -> set[tuple[str, str, float]]:
+    return once(record, "held", held)
 
 
 def resolved(path: Path) -> Path:
@@ -81,7 +114,11 @@ def parse(paths: Iterable[Path]) -> list[tuple[str, dict]]:
         where = resolved(path)
         kept = _PARSED.get(where)
         if kept is None or kept[0] != stamp:
+            if kept is not None and kept[1] is not None:
+                _KEPT.pop(id(kept[1][1]), None)
             kept = _PARSED[where] = (stamp, _parse_one(path, where))
+            if kept[1] is not None:
+                _KEPT[id(kept[1][1])] = (kept[1][1], {})
         if kept[1] is not None:
             found.append(kept[1])
     return found
@@ -110,12 +147,12 @@ def leave_out(records: list[tuple[str, dict]], exclude: Iterable[Path] = ()
     the copies' paths). A copy is a record whose every figure a left-out one holds (an A/B
     side's rounds, a byte copy): the same measurement, never its own noise."""
     skip = {resolved(Path(p)) for p in exclude}
-    theirs = [held(record) for _, record in parse(skip)]
+    theirs = [_held_once(record) for _, record in parse(skip)]
     kept, copies = [], []
     for path, record in records:
         if resolved(RESULTS_ROOT / path) in skip:
             continue
-        mine = held(record)
+        mine = _held_once(record)
         if mine and any(mine <= figures for figures in theirs):
             copies.append(path)
         else:
@@ -134,7 +171,7 @@ def held(record: dict) -> set[tuple[str, str, float]]:
 def _distinct(records: list[tuple[str, dict]]) -> list[tuple[str, dict]]:
     """Drop a record whose (row, figure) pairs another record holds too (the larger one
     stays; of two equal ones, the first path)."""
-    sets = [held(rec) for _, rec in records]
+    sets = [_held_once(rec) for _, rec in records]
     kept = []
     for i, (path, record) in enumerate(records):
         mine = sets[i]

@@ -87,11 +87,22 @@ def median_variance(var, df) -> tuple[np.ndarray, np.ndarray]:
     z = np.random.default_rng([MEDIAN_SEED, sd.shape[-1]]).standard_normal(
         (MEDIAN_DRAWS, sd.shape[-1]))  # fmt: skip
     out = np.empty(sd.shape[0])
-    step = max(1, 2**22 // z.size)  # a few tens of MB at a time
+    step = max(1, 2**18 // z.size)  # 2 MB at a time: in cache, faster than 32 MB
     for start in range(0, sd.shape[0], step):
-        medians = np.median(sd[start : start + step, None, :] * z, axis=-1)
+        medians = _median(sd[start : start + step, None, :] * z)
         out[start : start + step] = np.mean(medians**2, axis=-1)  # the median's centre is 0
     return out.reshape(var.shape[:-1]), np.min(np.asarray(df, dtype=float), axis=-1)
+
+
+def _median(x: np.ndarray) -> np.ndarray:
+    """np.median(x, axis=-1), the same values, by a sort: over a few rows np.median's
+    partition is 2-5x slower, and the simulations take this median of millions of draws."""
+    if not x.shape[-1]:
+        return np.median(x, axis=-1)
+    ordered = np.sort(x, axis=-1)  # a NaN sorts last: np.median's answer is then NaN
+    k = x.shape[-1] // 2
+    middle = ordered[..., k] if x.shape[-1] % 2 else (ordered[..., k - 1] + ordered[..., k]) / 2
+    return np.where(np.isnan(ordered[..., -1]), np.nan, middle)
 
 
 SPREAD_ALPHA = 0.05  # rows this improbably spread under their noise widen it (rows_spread)
