@@ -234,10 +234,8 @@ def test_missing_directory_and_bad_flag_are_one_line(tmp_path, capsys):
     assert capsys.readouterr().err.count("\n") == 1
 
 
-def test_the_repository_records_render(tmp_path, capsys):
-    out = tmp_path / "site"
-    assert build.main([str(ROOT / "results"), "--out", str(out)]) == 0
-    index = (out / "index.html").read_text()
+def test_the_repository_records_render(repository_site):
+    index = (repository_site / "index.html").read_text()  # built (exit 0) by conftest.py
     loaded = load_all([ROOT / "results"])
     assert not [line for line in loaded.skipped if "/published/" in line]
     for entry in loaded.entries:

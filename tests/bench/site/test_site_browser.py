@@ -19,7 +19,6 @@ import pytest
 from infra import browser as driver
 from infra.browser import Browser
 
-from dew.bench.site import build
 from dew.bench.site.records import load_all
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -32,10 +31,8 @@ if MISSING:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory):
-    out = tmp_path_factory.mktemp("site") / "site"
-    assert build.main([str(ROOT / "results"), "--out", str(out)]) == 0
-    return out
+def site(repository_site):
+    return repository_site  # results/ built by `python -m dew.bench.site` (conftest.py)
 
 
 @pytest.fixture(scope="module")
