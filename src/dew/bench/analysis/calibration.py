@@ -133,7 +133,7 @@ def render_simulation(lines: Sequence[Sequence[Cell]], trials: int) -> str:
 MIXED = Regime("TPU, rows 0.05%-5%", 0.0005, 0.0002, 0.0001, 0.02, "tpu", rows=18,
                noisiest=0.05)  # fmt: skip  # the v5e's 18 small cases: device- to host-bound
 MIXED_UNSEEN = dataclasses.replace(MIXED, name="TPU, rows 0.05%-5%, 4 with history",
-                                   history_rows=4)  # fmt: skip  # today's v5e history
+                                   history_rows=4)  # fmt: skip  # a history of few rows
 MIXED_DESIGNS = (("1 vs 1", 1, 1), ("3 vs 3", 3, 3), ("5 vs 5", 5, 5))
 DRIFTS = (1.0, 3.0, 10.0)  # today's process, run and shift levels over the history's
 MIXED_RECORDS = 3
