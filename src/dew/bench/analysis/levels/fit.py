@@ -205,15 +205,15 @@ def fit_group(members: Sequence[tuple[str, dict]], fit: KindFit) -> None:
     # each record's cells and each row's, with their weights, found once, not per iteration
     of_record = {r: [(r, lab) for lab in labels if (r, lab) in means] for r in records}
     of_row = {lab: [(r, lab) for r in records if (r, lab) in means] for lab in labels}
-    weights = {key: [weight[k] for k in mine] for key, mine in (*of_record.items(),
-                                                                 *of_row.items())}  # fmt: skip
+    record_weights = {r: [weight[k] for k in mine] for r, mine in of_record.items()}
+    row_weights = {lab: [weight[k] for k in mine] for lab, mine in of_row.items()}
     for _ in range(50):  # the additive fit m = a_record + c_row, by alternating weighted means
         for r, mine in of_record.items():
-            a[r] = _weighted([means[k] - c[k[1]] for k in mine], weights[r])
+            a[r] = _weighted([means[k] - c[k[1]] for k in mine], record_weights[r])
         centre = float(np.mean(list(a.values())))
         a = {r: v - centre for r, v in a.items()}
         for lab, mine in of_row.items():
-            c[lab] = _weighted([means[k] - a[k[0]] for k in mine], weights[lab])
+            c[lab] = _weighted([means[k] - a[k[0]] for k in mine], row_weights[lab])
     residual = {key: m - a[key[0]] - c[key[1]] for key, m in means.items()}
     df_e = len(means) - len(records) - len(labels) + 1
     if df_e > 0:
